@@ -1,0 +1,163 @@
+"""A concrete world: an abstract skill graph dressed in a domain's names and verbs.
+
+`World` is what the environment, the solver and the corpus generator use.  It can be built two
+ways that give the same object: from (domain, graph params, seed, recipe), or from an exported
+``rules.json`` alone — the file independent tools read, so that anyone can replay our data with
+exactly our semantics (SPEC §2, "Export contract").
+
+Domains are data: a JSON file with a gather verb, craft verbs and word lists for item names
+(`planning_gym/domains/*.json`).  A new domain is one more such file (or a path to one).
+The index map abstract item -> surface name is drawn from the ``("surface", domain)`` stream,
+independent of the structure stream, so wording changes never change structure.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from .graph import GraphParams, SkillGraph, generate_graph
+from .rng import stream
+
+DOMAIN_DIR = Path(__file__).parent / "domains"
+_DOMAIN_FIELDS = ("key", "name", "gather_verb", "verbs", "base_modifiers", "base_nouns",
+                  "crafted_modifiers", "crafted_nouns")
+
+
+class DomainError(ValueError):
+    """An unknown or malformed domain description."""
+
+
+def known_domains() -> list[str]:
+    return sorted(p.stem for p in DOMAIN_DIR.glob("*.json"))
+
+
+def load_domain(key_or_path: str) -> dict:
+    """Load a domain by key (``fa``, ``lf``, ``ea``) or from a JSON file path."""
+    path = Path(key_or_path)
+    if not (path.suffix == ".json" and path.exists()):
+        path = DOMAIN_DIR / f"{key_or_path}.json"
+    if not path.exists():
+        raise DomainError(f"unknown domain '{key_or_path}' (known: {', '.join(known_domains())}, or a path to a domain .json)")
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DomainError(f"domain file {path} is not valid JSON: {e}") from None
+    missing = [f for f in _DOMAIN_FIELDS if f not in spec]
+    if missing:
+        raise DomainError(f"domain file {path} lacks fields: {', '.join(missing)}")
+    words = [spec["gather_verb"], *spec["verbs"]]
+    if any(not isinstance(w, str) or not w or " " in w or w != w.lower() for w in words):
+        raise DomainError(f"domain {spec['key']}: verbs must be single lowercase words")
+    if len(set(words)) != len(words):
+        raise DomainError(f"domain {spec['key']}: verbs must be distinct")
+    return spec
+
+
+def _name_pool(spec: dict, kind: str) -> list[str]:
+    return [f"{m} {n}" for m in spec[f"{kind}_modifiers"] for n in spec[f"{kind}_nouns"]]
+
+
+@dataclass(frozen=True)
+class NamedRule:
+    verb: str
+    inputs: tuple[tuple[int, int], ...]      # ((item index, count), ...)
+    output: int
+
+
+class World:
+    """Items, rules and verbs of one (domain, recipe).  Item identity is an integer index."""
+
+    def __init__(self, domain: str, recipe: str, names: list[str], levels: list[int],
+                 rules: list[NamedRule], gather_verb: str):
+        self.domain, self.recipe = domain, recipe
+        self.names, self.levels = list(names), list(levels)
+        self.rules, self.gather_verb = list(rules), gather_verb
+        self.index = {n: i for i, n in enumerate(self.names)}
+        if len(self.index) != len(self.names):
+            raise DomainError("item names must be unique")
+        self.rules_of: dict[int, list[int]] = {}
+        self.rule_for_action: dict[tuple[str, int], list[int]] = {}
+        for r, rule in enumerate(self.rules):
+            self.rules_of.setdefault(rule.output, []).append(r)
+            self.rule_for_action.setdefault((rule.verb, rule.output), []).append(r)
+        self.verbs = sorted({r.verb for r in self.rules} | {gather_verb})
+
+    # ----- construction -------------------------------------------------------------------
+    @classmethod
+    def build(cls, domain: str, params: GraphParams, seed: int, recipe: str = "A") -> "World":
+        spec = load_domain(domain)
+        graph = generate_graph(params, seed, recipe)
+        return cls.from_graph(spec, graph, seed)
+
+    @classmethod
+    def from_graph(cls, spec: dict, graph: SkillGraph, seed: int) -> "World":
+        if graph.params.n_verbs > len(spec["verbs"]):
+            raise DomainError(f"domain {spec['key']} has {len(spec['verbs'])} verbs, the graph needs {graph.params.n_verbs}")
+        rng = stream(seed, "surface", spec["key"])     # the index map: wording only
+        base, crafted = _name_pool(spec, "base"), _name_pool(spec, "crafted")
+        n_base = sum(1 for lv in graph.levels if lv == 0)
+        if n_base > len(base) or graph.n_items - n_base > len(crafted):
+            raise DomainError(f"domain {spec['key']} has names for {len(base)} base and {len(crafted)} crafted items; "
+                              f"the graph needs {n_base} and {graph.n_items - n_base}")
+        base_names, crafted_names = rng.sample(base, n_base), rng.sample(crafted, graph.n_items - n_base)
+        names = [base_names.pop() if lv == 0 else crafted_names.pop() for lv in graph.levels]
+        verbs = rng.sample(spec["verbs"], graph.params.n_verbs)
+        rules = [NamedRule(verbs[r.verb], r.inputs, r.output) for r in graph.rules]
+        return cls(spec["key"], graph.recipe, names, graph.levels, rules, spec["gather_verb"])
+
+    # ----- the export contract --------------------------------------------------------------
+    def to_rules_json(self) -> dict:
+        return {
+            "domain": self.domain,
+            "recipe": self.recipe,
+            "gather_verb": self.gather_verb,
+            "items": [{"name": n, "level": lv, "base": lv == 0} for n, lv in zip(self.names, self.levels)],
+            "rules": [{"verb": r.verb, "inputs": {self.names[i]: c for i, c in r.inputs},
+                       "output": self.names[r.output]} for r in self.rules],
+        }
+
+    @classmethod
+    def from_rules_json(cls, data: dict) -> "World":
+        try:
+            names = [it["name"] for it in data["items"]]
+            levels = [int(it["level"]) for it in data["items"]]
+            index = {n: i for i, n in enumerate(names)}
+            rules = [NamedRule(r["verb"], tuple(sorted((index[k], int(c)) for k, c in r["inputs"].items())),
+                               index[r["output"]]) for r in data["rules"]]
+            return cls(data["domain"], data["recipe"], names, levels, rules, data["gather_verb"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DomainError(f"malformed rules.json: {e!r}") from None
+
+    # ----- helpers ----------------------------------------------------------------------------
+    @property
+    def n_items(self) -> int:
+        return len(self.names)
+
+    def is_base(self, item: int) -> bool:
+        return self.levels[item] == 0
+
+    @cached_property
+    def ancestors(self) -> list[frozenset[int]]:
+        """ancestors[i]: every item some rule choice may need in order to make item i."""
+        out: list[frozenset[int]] = [frozenset()] * self.n_items
+        for i in sorted(range(self.n_items), key=lambda j: self.levels[j]):
+            acc: set[int] = set()
+            for r in self.rules_of.get(i, ()):
+                for inp, _ in self.rules[r].inputs:
+                    acc.add(inp)
+                    acc |= out[inp]
+            out[i] = frozenset(acc)
+        return out
+
+    def action_text(self, rule_or_gather: int | tuple[str, int]) -> str:
+        """Text of a rule application (rule index) or a gather (``("gather", item)``)."""
+        if isinstance(rule_or_gather, tuple):
+            return f"{self.gather_verb} {self.names[rule_or_gather[1]]}"
+        rule = self.rules[rule_or_gather]
+        return f"{rule.verb} {self.names[rule.output]}"
+
+    def format_inventory(self, inv: dict[int, int]) -> str:
+        items = sorted((i for i, c in inv.items() if c > 0), key=lambda i: self.names[i])
+        return ", ".join(f"{self.names[i]} x{inv[i]}" for i in items) if items else "empty"
