@@ -34,6 +34,12 @@ _SIZES = {  # pretrain rows per bin at 100 %, posttrain rows per bin, test tasks
 }
 
 
+def scale_graph(scale: str) -> GraphParams:
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale '{scale}' (choose from {', '.join(SCALES)})")
+    return _GRAPHS[scale]
+
+
 class ConfigError(ValueError):
     """A configuration that cannot be generated."""
 

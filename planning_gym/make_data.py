@@ -8,12 +8,13 @@ Bad input ends with one line on stderr and exit status 2; nothing partial is lef
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
 
-from .config import ConfigError, CorpusConfig, resolve_scale
+from .config import ConfigError, CorpusConfig, resolve_scale, scale_graph
 from .graph import GraphConfigError
 from .world import DomainError
 
@@ -25,8 +26,29 @@ def _mix(text: str) -> tuple[int, int, int]:
     return tuple(int(p) for p in parts)
 
 
+def _pair(text: str) -> tuple[int, int]:
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX like 1,2, got '{text}'")
+    return int(parts[0]), int(parts[1])
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    parts = text.split(",")
+    if not all(p.strip().isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected item counts per level like 8,6,5, got '{text}'")
+    return tuple(int(p) for p in parts)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes end with one line and exit status 2 (argparse would print the usage too)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m planning_gym.make_data", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m planning_gym.make_data", description=__doc__.split("\n")[0])
     p.add_argument("--domain", default="fa", help="fa, lf, ea, a comma list (fa,lf,ea) or a domain .json path")
     p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--data-dir", default="data", help="parent folder of the corpus (default: data)")
@@ -39,6 +61,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-pretrain", type=int, default=None, help="pretrain rows per bin at 100%%")
     p.add_argument("--n-posttrain", type=int, default=None, help="posttrain rows per bin")
     p.add_argument("--n-test", type=int, default=None, help="test tasks per bin (default 160 at small/paper)")
+    g = p.add_argument_group("graph variants (default: the scale's graph)")
+    g.add_argument("--n-base", type=int, default=None, help="level-0 items")
+    g.add_argument("--items-per-level", type=_levels, default=None, help="items of levels 1..depth, e.g. 8,6,5")
+    g.add_argument("--inputs-per-rule", type=_pair, default=None, help="MIN,MAX distinct inputs of a rule")
+    g.add_argument("--rules-per-item", type=_pair, default=None, help="MIN,MAX OR alternatives of an item")
+    g.add_argument("--count-range", type=_pair, default=None, help="MIN,MAX units of an input")
     p.add_argument("--workers", type=int, default=None, help="processes (default: 1 at tiny, all cores otherwise)")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -46,8 +74,11 @@ def parser() -> argparse.ArgumentParser:
 
 def config_from_args(args) -> CorpusConfig:
     scale = resolve_scale(args.scale)
+    graph = scale_graph(scale)
+    changes = {k: getattr(args, k) for k in ("n_base", "items_per_level", "inputs_per_rule", "rules_per_item",
+                                             "count_range") if getattr(args, k) is not None}
     return CorpusConfig.from_scale(
-        scale, domains=tuple(d.strip() for d in args.domain.split(",") if d.strip()), seed=args.seed,
+        scale, graph=dataclasses.replace(graph, **changes), domains=tuple(d.strip() for d in args.domain.split(",") if d.strip()), seed=args.seed,
         recipe=args.recipe, cot_format=args.cot_format, patterns=args.patterns, horizon_mix=args.horizon_mix,
         n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test)
 

@@ -11,7 +11,9 @@ Suboptimal patterns take extra turns and then recover (the episode still succeed
   D3 Direct     acts without looking ahead and wastes a turn on an item the goal never needs
   D4 Heuristic  gathers every base item first, and one unit more than needed
 Each defect is placed at random; long plans get more of them (``1 + horizon // 6``), so the
-errors of a suboptimal corpus grow with the horizon, as in the paper.
+errors of a suboptimal corpus grow with the horizon, as in the paper.  Where a plan is too short
+for a pattern's own mistake (D1 on a one-step task), the defect is a wasted turn as in D3, so
+every suboptimal row really is suboptimal.
 
 `classify_turn` / `classify_trajectory` recognise the pattern of model outputs from the first
 line of each agent turn, for the pattern histograms of the analysis stage.
@@ -75,13 +77,13 @@ def act(pattern: str, world: World, goal: int, inv0: dict[int, int], gold: list[
             actions.insert(pos, rng.choice(base_needed))
         return actions
     for _ in range(n_defects):
+        spots: list[int] = []
         if pattern == "D1":        # the final synthesis, tried too early
             final = actions[-1]
             spots = [k for k in range(len(actions) - 1)
                      if not _feasible(world, _prefix_inventory(world, inv0, actions, k), final)]
             if spots:
-                k = rng.choice(spots)
-                actions.insert(k, final)
+                actions.insert(rng.choice(spots), final)
         elif pattern == "D2":      # a synthesis one step before its last input is there
             spots = [k for k in range(1, len(actions))
                      if not actions[k].startswith(world.gather_verb + " ")
@@ -89,9 +91,10 @@ def act(pattern: str, world: World, goal: int, inv0: dict[int, int], gold: list[
             if spots:
                 k = rng.choice(spots)
                 actions.insert(k - 1, actions[k])
-        elif pattern == "D3":      # a wasted gather of an item the goal never needs
-            useless = [i for i in range(world.n_items) if world.is_base(i) and i not in world.ancestors[goal]]
-            pool = useless or [i for i in range(world.n_items) if world.is_base(i)]
+        if not spots:              # D3, or a plan too short for the pattern's own mistake:
+            useless = [i for i in range(world.n_items)
+                       if world.is_base(i) and i != goal and i not in world.ancestors[goal]]
+            pool = useless or [i for i in range(world.n_items) if world.is_base(i) and i != goal]
             actions.insert(rng.randint(0, len(actions) - 1), world.action_text(("gather", rng.choice(pool))))
     return actions
 

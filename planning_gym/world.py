@@ -158,6 +158,15 @@ class World:
         rule = self.rules[rule_or_gather]
         return f"{rule.verb} {self.names[rule.output]}"
 
+    @cached_property
+    def _name_rank(self) -> list[int]:
+        order = sorted(range(self.n_items), key=lambda i: self.names[i])
+        rank = [0] * self.n_items
+        for r, i in enumerate(order):
+            rank[i] = r
+        return rank
+
     def format_inventory(self, inv: dict[int, int]) -> str:
-        items = sorted((i for i, c in inv.items() if c > 0), key=lambda i: self.names[i])
+        """``a x2, b x1`` in alphabetical order of names, or ``empty``."""
+        items = sorted((i for i, c in inv.items() if c > 0), key=self._name_rank.__getitem__)
         return ", ".join(f"{self.names[i]} x{inv[i]}" for i in items) if items else "empty"

@@ -1,0 +1,187 @@
+"""Corpora: determinism, split hygiene, replay verification, patterns and the CLI."""
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planning_gym.config import CorpusConfig
+from planning_gym.corpus import SplitLeakError, build_worlds, check_splits, load_rows, write_corpus
+from planning_gym.patterns import MIXTURES, OPTIMAL, PATTERNS, SUBOPTIMAL, classify_trajectory
+from planning_gym.text import ENV, parse_action, split_turns
+from planning_gym.trajectory import ROW_FIELDS, RowError, verify_row
+from planning_gym.world import World
+
+SMALL = dict(n_pretrain_per_bin=40, n_posttrain_per_bin=8, n_test_per_bin=6)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    cfg = CorpusConfig.from_scale("tiny", patterns="4opt4sub", **SMALL)
+    out = tmp_path_factory.mktemp("c") / cfg.name
+    write_corpus(cfg, out, workers=1, progress=False)
+    return cfg, out
+
+
+def test_files_and_fields(corpus):
+    cfg, out = corpus
+    names = {p.name for p in out.iterdir()}
+    for split in ("pretrain", "posttrain", "test_id", "test_ood"):
+        assert {f"{split}.jsonl", f"{split}.parquet"} <= names
+    assert {"rules_A.json", "stats.csv", "stats.md", "README.md", "config.json"} <= names
+    rows = load_rows(out / "pretrain.jsonl")
+    assert len(rows) == 3 * 40
+    assert all(set(ROW_FIELDS) <= set(r) for r in rows)
+    assert {r["split"] for r in rows} == {"pretrain"}
+
+
+def test_same_seed_gives_byte_identical_files_with_any_worker_count(corpus, tmp_path):
+    cfg, out = corpus
+    again = tmp_path / "again"
+    write_corpus(cfg, again, workers=2, progress=False)
+    for f in sorted(out.iterdir()):
+        assert f.read_bytes() == (again / f.name).read_bytes(), f.name
+
+
+def test_seed_changes_the_corpus(corpus, tmp_path):
+    cfg, out = corpus
+    other = CorpusConfig.from_scale("tiny", patterns="4opt4sub", seed=1, **SMALL)
+    write_corpus(other, tmp_path / "s1", workers=1, progress=False)
+    assert (out / "pretrain.jsonl").read_bytes() != (tmp_path / "s1" / "pretrain.jsonl").read_bytes()
+
+
+def test_parquet_holds_the_same_rows(corpus):
+    import datasets
+    _, out = corpus
+    ds = datasets.Dataset.from_parquet(str(out / "test_ood.parquet"))
+    assert ds.to_list() == load_rows(out / "test_ood.jsonl")
+
+
+def test_every_row_replays_from_the_exported_rules(corpus):
+    """An independent tool holding only rules_A.json and the JSONL reproduces every row."""
+    _, out = corpus
+    world = World.from_rules_json(json.loads((out / "rules_A.json").read_text()))
+    for split in ("pretrain", "posttrain", "test_id", "test_ood"):
+        for row in load_rows(out / f"{split}.jsonl"):
+            verify_row(world, row)
+
+
+def test_tampered_rows_are_caught(corpus):
+    _, out = corpus
+    world = World.from_rules_json(json.loads((out / "rules_A.json").read_text()))
+    row = next(r for r in load_rows(out / "pretrain.jsonl") if r["horizon"] >= 3)
+    bad_obs = copy.deepcopy(row)
+    head, _, tail = bad_obs["text"].rpartition(" x1")        # the final observation's inventory
+    bad_obs["text"] = head + " x2" + tail
+    bad_success = {**row, "success": not row["success"]}
+    bad_gold = {**row, "gold_actions": row["gold_actions"][:-1]}
+    bad_actions = {**row, "actions": row["actions"][::-1]}
+    for bad in (bad_obs, bad_success, bad_gold, bad_actions):
+        with pytest.raises(RowError):
+            verify_row(world, bad)
+
+
+def test_splits_are_disjoint_and_leaks_are_detected(corpus):
+    cfg, out = corpus
+    worlds = build_worlds(cfg)
+    rows = {s: load_rows(out / f"{s}.jsonl") for s in ("pretrain", "posttrain", "test_id", "test_ood")}
+    check_splits(cfg, worlds, rows)
+    leaked = {**rows, "pretrain": rows["pretrain"] + [{**rows["test_id"][0], "split": "pretrain"}]}
+    with pytest.raises(SplitLeakError, match="test task"):
+        check_splits(cfg, worlds, leaked)
+    leaked = {**rows, "posttrain": rows["posttrain"] + [{**rows["test_ood"][0], "split": "posttrain"}]}
+    with pytest.raises(SplitLeakError):
+        check_splits(cfg, worlds, leaked)
+
+
+def test_patterns_classified_and_suboptimal_rows_waste_turns(corpus):
+    _, out = corpus
+    rows = load_rows(out / "pretrain.jsonl")
+    assert {r["pattern"] for r in rows} == set(PATTERNS)
+    for r in rows:
+        assert classify_trajectory(r["text"]) == r["pattern"]
+        assert r["success"]
+        if r["pattern"] in OPTIMAL:
+            assert r["actions"] == r["gold_actions"]
+    for p in SUBOPTIMAL:
+        sub = [r for r in rows if r["pattern"] == p]
+        assert sub and all(len(r["actions"]) > len(r["gold_actions"]) for r in sub), p
+    errors = sum("Result: Error:" in r["text"] for r in rows if r["pattern"] in ("D1", "D2"))
+    assert errors > 0
+    tests = load_rows(out / "test_id.jsonl")
+    assert all(r["pattern"] in OPTIMAL for r in tests)
+
+
+def test_classifier_says_others_for_unpatterned_text():
+    assert classify_trajectory(f"{ENV}Goal: x<|agent|>hmm\nAction: gather a") == "Others"
+    assert parse_action("Step 1/2: x\nAction: gather ash root\n") == "gather ash root"
+
+
+def test_world_model_turns_predict_the_next_state(corpus):
+    _, out = corpus
+    row = next(r for r in load_rows(out / "pretrain.jsonl") if r["pattern"] == "T1" and r["horizon"] >= 2)
+    turns = split_turns(row["text"])
+    for k in range(1, len(turns) - 1, 2):
+        predicted = turns[k][1].split("\n")[1].rsplit(" -> ", 1)[1]
+        observed = turns[k + 1][1].split("Inventory: ")[1]
+        assert predicted == observed
+
+
+def test_domains_share_the_same_abstract_tasks(tmp_path):
+    cfg = CorpusConfig.from_scale("tiny", domains=("fa", "lf", "ea"), **SMALL)
+    write_corpus(cfg, tmp_path / "x", workers=1, progress=False)
+    rows = load_rows(tmp_path / "x" / "pretrain.jsonl")
+    by_domain = {d: [(r["horizon"], r["pattern"], len(r["actions"])) for r in rows if r["domain"] == d]
+                 for d in ("fa", "lf", "ea")}
+    assert by_domain["fa"] == by_domain["lf"] == by_domain["ea"]
+    assert {"rules_fa_A.json", "rules_lf_A.json", "rules_ea_A.json"} <= {p.name for p in (tmp_path / "x").iterdir()}
+
+
+def test_horizon_mix_controls_bins(tmp_path):
+    cfg = CorpusConfig.from_scale("tiny", horizon_mix=(100, 5, 0), **{**SMALL, "n_pretrain_per_bin": 100})
+    write_corpus(cfg, tmp_path / "x", workers=1, progress=False)
+    rows = load_rows(tmp_path / "x" / "pretrain.jsonl")
+    counts = {b: sum(r["difficulty"] == b for r in rows) for b in ("short", "mid", "long")}
+    assert counts == {"short": 100, "mid": 5, "long": 0}
+
+
+def test_direct_format_is_the_action_alone(tmp_path):
+    cfg = CorpusConfig.from_scale("tiny", cot_format="direct", **SMALL)
+    write_corpus(cfg, tmp_path / "x", workers=1, progress=False)
+    row = load_rows(tmp_path / "x" / "pretrain.jsonl")[0]
+    agent = [c for role, c in split_turns(row["text"]) if role == "agent"]
+    assert all(t.startswith("Action: ") and "\n" not in t for t in agent)
+
+
+def test_mixture_weights():
+    assert MIXTURES["4opt8sub"]["D1"] == 2 * MIXTURES["4opt8sub"]["T1"]
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "planning_gym.make_data", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--domain", "xx"], "unknown domain 'xx'"),
+    (["--scale", "huge"], "unknown scale 'huge'"),
+    (["--horizon-mix", "1/2"], "S/M/L percentages"),
+    (["--patterns", "9opt"], "unknown pattern mixture"),
+    (["--items-per-level", "2"], "could only draw"),
+    (["--inputs-per-rule", "4,2"], "inputs_per_rule"),
+])
+def test_cli_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
+    res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), *args, cwd=Path(__file__).parents[1])
+    assert res.returncode == 2
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_writes_a_corpus(tmp_path):
+    res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), "--n-pretrain", "10", "--n-test", "4",
+                  "--quiet", cwd=Path(__file__).parents[1])
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "fa-tiny" / "stats.md").read_text().count("|") > 20

@@ -1,0 +1,171 @@
+"""Skill graphs, worlds, the solver and the registry-wide gold-plan invariant."""
+import random
+
+import pytest
+
+from planning_gym.config import SCALES, scale_graph
+from planning_gym.env import PlanningEnv, Task
+from planning_gym.graph import GraphConfigError, GraphParams, generate_graph
+from planning_gym.solver import Solver, brute_force_length
+from planning_gym.tasks import BINS, TaskSampler, difficulty
+from planning_gym.world import DomainError, World, known_domains, load_domain
+
+DOMAINS = known_domains()
+RECIPES = ("A", "B")
+
+
+def test_registry_has_the_three_paper_domains():
+    assert {"fa", "lf", "ea"} <= set(DOMAINS)
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("scale", ["tiny", "small"])
+def test_every_gold_plan_succeeds_and_is_shortest(domain, recipe, scale):
+    """Registry-wide invariant: for every domain x recipe, each gold plan reaches the goal in
+    exactly the solver's number of steps, through the environment's own semantics."""
+    world = World.build(domain, scale_graph(scale), seed=3, recipe=recipe)
+    sampler = TaskSampler(world, seed=3)
+    solver = Solver(world)
+    for b in BINS:
+        for task in sampler.sample("check", b, 12, held_out=False):
+            plan = solver.gold_plan(task.goal, dict(task.inventory))
+            assert len(plan) == solver.plan_length(task.goal, dict(task.inventory)) == sampler.horizon(task)
+            assert difficulty(len(plan)) == b
+            env = PlanningEnv(world, max_steps=20)
+            env.reset(options={"task": task})
+            for k, action in enumerate(plan):
+                _, reward, terminated, truncated, info = env.step(action)
+                assert info["valid"], (action, info["error"])
+                assert terminated == (k == len(plan) - 1) and not truncated
+            assert reward == 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_solver_matches_brute_force_on_small_graphs(seed):
+    params = GraphParams(n_base=4, items_per_level=(3, 3), inputs_per_rule=(1, 3), rules_per_item=(1, 2),
+                         count_range=(1, 2))
+    world = World.build("fa", params, seed=seed)
+    solver = Solver(world)
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(60):
+        goal = rng.randrange(world.n_items)
+        pool = sorted(world.ancestors[goal] | {i for i in range(world.n_items) if i != goal})
+        inv = {i: rng.randint(1, 2) for i in rng.sample(pool, rng.randint(0, 3))}
+        fast = solver.plan_length(goal, inv)
+        if fast is not None and fast > 8:
+            continue
+        assert fast == brute_force_length(world, goal, inv, limit=8), (goal, inv)
+        checked += 1
+    assert checked >= 30
+
+
+def test_solver_uses_per_unit_or_alternatives():
+    """Two units of X, each cheap by a different rule thanks to the inventory: the optimum
+    mixes the alternatives (a single-rule-per-item solver would say 3, not 2)."""
+    from planning_gym.world import NamedRule
+    # items: 0 p (base), 1 q (base), 2 x, 3 goal ;  x <- p (verb a) | x <- q (verb b) ; goal <- 2 x
+    world = World("fa", "A", ["p", "q", "x", "g"], [0, 0, 1, 2],
+                  [NamedRule("a", ((0, 1),), 2), NamedRule("b", ((1, 1),), 2), NamedRule("c", ((2, 2),), 3)],
+                  "gather")
+    solver = Solver(world)
+    inv = {0: 1, 1: 1}
+    assert solver.plan_length(3, inv) == 3 == brute_force_length(world, 3, inv)
+    assert solver.gold_plan(3, inv) in (["a x", "b x", "c g"], ["b x", "a x", "c g"])
+
+
+def test_graph_is_deterministic_and_seeds_are_independent():
+    p = scale_graph("small")
+    g0, again, g1 = generate_graph(p, 0), generate_graph(p, 0), generate_graph(p, 1)
+    assert g0.rules == again.rules
+    assert g0.rules != g1.rules
+    # seed s+1 is not seed s shifted by one item
+    shifted = [r.inputs for r in g0.rules[1:]]
+    assert shifted != [r.inputs for r in g1.rules[:-1]]
+
+
+def test_graph_structure_levels_and_dag():
+    import networkx as nx
+    g = generate_graph(scale_graph("small"), 0)
+    nxg = g.to_networkx()
+    assert nx.is_directed_acyclic_graph(nxg)
+    for rule in g.rules:
+        levels = [g.levels[i] for i, _ in rule.inputs]
+        assert max(levels) == g.levels[rule.output] - 1     # one input from the level below
+        assert len({i for i, _ in rule.inputs}) == len(rule.inputs)
+    for item, alts in g.rules_of.items():
+        assert len({g.rules[r].verb for r in alts}) == len(alts)   # an action names one rule
+
+
+def test_recipes_share_items_but_not_procedures():
+    a, b = (World.build("fa", scale_graph("small"), 0, r) for r in RECIPES)
+    assert a.names == b.names and a.levels == b.levels
+    assert [(r.inputs, r.output) for r in a.rules] != [(r.inputs, r.output) for r in b.rules]
+
+
+def test_domains_change_wording_not_structure():
+    worlds = [World.build(d, scale_graph("small"), 0) for d in ("fa", "lf", "ea")]
+    assert len({tuple(w.names) for w in worlds}) == 3
+    structures = {tuple((r.inputs, r.output) for r in w.rules) for w in worlds}
+    assert len(structures) == 1
+    assert worlds[0].levels == worlds[1].levels == worlds[2].levels
+
+
+def test_rules_json_round_trip_gives_the_same_world():
+    w = World.build("ea", scale_graph("tiny"), 5, "B")
+    w2 = World.from_rules_json(w.to_rules_json())
+    assert w2.names == w.names and w2.rules == w.rules and w2.gather_verb == w.gather_verb
+    data = w.to_rules_json()
+    assert set(data) == {"domain", "recipe", "items", "rules", "gather_verb"}
+    assert set(data["rules"][0]) == {"verb", "inputs", "output"}
+    assert set(data["items"][0]) == {"name", "level", "base"}
+
+
+def test_new_domain_is_one_data_file(tmp_path):
+    spec = load_domain("fa")
+    spec = {**spec, "key": "zz", "gather_verb": "mine", "verbs": ["smelt", "cast", "draw", "temper"]}
+    path = tmp_path / "zz.json"
+    import json
+    path.write_text(json.dumps(spec))
+    w = World.build(str(path), scale_graph("tiny"), 0)
+    assert w.domain == "zz" and w.gather_verb == "mine"
+    assert {r.verb for r in w.rules} <= set(spec["verbs"])
+
+
+@pytest.mark.parametrize("bad", [
+    GraphParams(items_per_level=()),
+    GraphParams(inputs_per_rule=(3, 2)),
+    GraphParams(rules_per_item=(1, 9)),
+    GraphParams(n_base=2, inputs_per_rule=(3, 3)),
+    GraphParams(count_range=(0, 1)),
+])
+def test_impossible_graph_settings_are_refused(bad):
+    with pytest.raises(GraphConfigError):
+        generate_graph(bad, 0)
+
+
+def test_unknown_domain_names_the_known_ones():
+    with pytest.raises(DomainError, match="known: ea, fa, lf"):
+        load_domain("nope")
+
+
+def test_too_shallow_graph_cannot_fill_long_bin():
+    world = World.build("fa", GraphParams(n_base=3, items_per_level=(2,), inputs_per_rule=(1, 2),
+                                          count_range=(1, 1)), 0)
+    with pytest.raises(GraphConfigError, match="long tasks"):
+        TaskSampler(world, 0).sample("x", "long", 4, held_out=False)
+
+
+def test_scales_are_valid():
+    for s in SCALES:
+        scale_graph(s).check()
+
+
+def test_held_out_membership_is_a_property_of_the_combination():
+    world = World.build("fa", scale_graph("tiny"), 0)
+    sampler = TaskSampler(world, 0, ood_fraction=0.3)
+    ood = sampler.sample("t", "short", 8, held_out=True)
+    assert all(sampler.held_out(t) for t in ood)
+    same_combo_other_counts = [Task(t.goal, tuple((i, c + 1) for i, c in t.inventory)) for t in ood]
+    assert all(sampler.held_out(t) for t in same_combo_other_counts)
