@@ -127,3 +127,13 @@ class CorpusConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+if __name__ == "__main__":   # `python -m planning_gym.config [SCALE]` prints the resolved scale
+    import sys
+    try:
+        print(resolve_scale(sys.argv[1] if len(sys.argv) > 1 else None,
+                            announce=lambda m: print(m, file=sys.stderr)))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -35,6 +35,17 @@ class SplitLeakError(AssertionError):
     """A test task or held-out combination found its way into a training pool."""
 
 
+def code_fingerprint() -> str:
+    """Hash of the generator's own source and domain files: a corpus is reused only if both its
+    config and the code that wrote it are unchanged."""
+    import hashlib
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([*root.glob("*.py"), *root.glob("domains/*.json")]):
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def build_worlds(cfg: CorpusConfig) -> dict[str, World]:
     return {d: World.build(d, cfg.graph, cfg.seed, cfg.recipe) for d in cfg.domains}
 
@@ -199,7 +210,7 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
             if rows[split]:
                 datasets.Dataset.from_list(rows[split]).to_parquet(str(tmp / f"{split}.parquet"))
-        (tmp / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+        (tmp / "config.json").write_text(json.dumps({**cfg.to_dict(), "generator": code_fingerprint()}, indent=1) + "\n")
         with open(tmp / "stats.csv", "w") as f:
             f.write("horizon," + ",".join(SPLITS) + "\n")
             f.writelines(f"{r['horizon']}," + ",".join(str(r[s]) for s in SPLITS) + "\n" for r in table)

@@ -68,6 +68,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--rules-per-item", type=_pair, default=None, help="MIN,MAX OR alternatives of an item")
     g.add_argument("--count-range", type=_pair, default=None, help="MIN,MAX units of an input")
     p.add_argument("--workers", type=int, default=None, help="processes (default: 1 at tiny, all cores otherwise)")
+    p.add_argument("--force", action="store_true", help="regenerate even if the folder holds this exact corpus")
     p.add_argument("--quiet", action="store_true")
     return p
 
@@ -83,12 +84,26 @@ def config_from_args(args) -> CorpusConfig:
         n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test)
 
 
+def _same_corpus(out: Path, cfg: CorpusConfig) -> bool:
+    import json
+    try:
+        from .corpus import code_fingerprint
+        expected = json.loads(json.dumps({**cfg.to_dict(), "generator": code_fingerprint()}))
+        return json.loads((out / "config.json").read_text()) == expected \
+            and all((out / f"{s}.jsonl").exists() for s in ("pretrain", "posttrain", "test_id", "test_ood"))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from .corpus import SplitLeakError, write_corpus
     try:
         cfg = config_from_args(args)
         out = Path(args.data_dir) / (args.name or cfg.name)
+        if not args.force and _same_corpus(out, cfg):
+            print(f"{out} already holds this corpus (same config.json); reusing it (--force regenerates)")
+            return 0
         workers = args.workers or (1 if cfg.scale == "tiny" else (os.cpu_count() or 1))
         t0 = time.time()
         result = write_corpus(cfg, out, workers=workers, progress=not args.quiet)

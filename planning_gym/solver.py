@@ -42,6 +42,18 @@ class Solver:
         self.world = world
         self.budget = budget
         self._cached = lru_cache(maxsize=200_000)(self._solve)
+        # Cost of one unit from an empty inventory: exact by the recursion below, because with
+        # nothing held no unit can be shared and every unit of an input is made afresh.
+        self.scratch_cost = [0.0] * world.n_items
+        for i in sorted(range(world.n_items), key=lambda j: world.levels[j]):
+            alts = world.rules_of.get(i, [])
+            self.scratch_cost[i] = 1 + (min(sum(c * self.scratch_cost[j] for j, c in world.rules[r].inputs)
+                                            for r in alts) if alts else 0)
+
+    def lower_bound(self, goal: int, inventory: dict[int, int]) -> float:
+        """Admissible bound: a held unit of Y saves at most Y's scratch cost (making Y first from
+        nothing turns any plan that starts with Y into one that starts without it)."""
+        return self.scratch_cost[goal] - sum(c * self.scratch_cost[i] for i, c in inventory.items())
 
     # ----- public API -------------------------------------------------------------------------
     def plan_length(self, goal: int, inventory: dict[int, int]) -> int | None:
@@ -65,6 +77,8 @@ class Solver:
         w, inv = self.world, dict(inv_key)
         if inv.get(goal, 0) >= 1:
             return 0, ()
+        if self.lower_bound(goal, inv) > self.budget:
+            return INF, ()
         rel = sorted(w.ancestors[goal] | {goal}, key=lambda i: (-w.levels[i], i))
         pos = {item: k for k, item in enumerate(rel)}
         have = [inv.get(i, 0) for i in rel]

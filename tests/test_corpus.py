@@ -185,3 +185,9 @@ def test_cli_writes_a_corpus(tmp_path):
                   "--quiet", cwd=Path(__file__).parents[1])
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "fa-tiny" / "stats.md").read_text().count("|") > 20
+    args = ("--scale", "tiny", "--data-dir", str(tmp_path), "--n-pretrain", "10", "--n-test", "4", "--quiet")
+    again = run_cli(*args, cwd=Path(__file__).parents[1])
+    assert "reusing" in again.stdout
+    cfg_file = tmp_path / "fa-tiny" / "config.json"
+    cfg_file.write_text(cfg_file.read_text().replace('"generator": "', '"generator": "old'))
+    assert "wrote" in run_cli(*args, cwd=Path(__file__).parents[1]).stdout     # other code: regenerated

@@ -57,6 +57,8 @@ def test_solver_matches_brute_force_on_small_graphs(seed):
         if fast is not None and fast > 8:
             continue
         assert fast == brute_force_length(world, goal, inv, limit=8), (goal, inv)
+        if fast is not None:
+            assert solver.lower_bound(goal, inv) <= fast          # the pruning bound is admissible
         checked += 1
     assert checked >= 30
 
