@@ -55,7 +55,7 @@ def coverage_quantile(depths: Sequence[int], q: float) -> Optional[int]:
     if not depths:
         return None
     ordered = sorted(int(d) for d in depths)
-    rank = max(1, math.ceil(q * len(ordered)))  # 1-based order statistic
+    rank = max(1, math.ceil(q * len(ordered) - 1e-12))  # 1-based order statistic
     return ordered[rank - 1]
 
 

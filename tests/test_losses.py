@@ -215,7 +215,11 @@ def test_clip_fraction_and_entropy():
 def test_reverse_kl_full_matches_reference_and_is_masked():
     d = rand_batch(6)
     mask = d["mask"]
-    kl = L.reverse_kl_full(d["student"], d["teacher"], mask)
+    teacher = d["teacher"].clone().requires_grad_(True)
+    kl = L.reverse_kl_full(d["student"].clone().requires_grad_(True), teacher, mask)
+    kl.sum().backward()
+    assert teacher.grad is None  # the teacher is a fixed target
+    kl = kl.detach()
     for b in range(mask.shape[0]):
         for t in range(mask.shape[1]):
             want = ref_kl(d["student"][b, t].tolist(), d["teacher"][b, t].tolist()) if mask[b, t] else 0.0

@@ -55,7 +55,8 @@ def test_coverage_quantile():
     assert coverage_quantile([], 0.8) is None
     assert coverage_quantile([7], 0.8) == 7
     assert coverage_quantile(list(range(1, 11)), 0.8) == 8
-    assert coverage_quantile(list(range(1, 11)), 0.7) == 7  # 0.7*10 is 7.000000000000001 in floats
+    assert coverage_quantile(list(range(1, 11)), 0.7) == 7
+    assert coverage_quantile(list(range(1, 26)), 0.28) == 7  # 0.28*25 is 7.000000000000001 in floats
     assert coverage_quantile([1, 1, 1, 1, 9], 0.8) == 1
     assert coverage_quantile([1, 1, 1, 9, 9], 0.8) == 9
 
