@@ -11,14 +11,17 @@ SCALE    ?=
 DATA_DIR ?= data
 SEED     ?= 0
 
-.PHONY: venv test data pretrain bench-gym clean
+RUNS     ?= runs
+
+.PHONY: venv test data pretrain eval bench-gym bench-train bench-rollout clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make pretrain DOMAIN=fa [SCALE=tiny|small|paper]   data -> tokenizer -> model -> evaluation"
 	@echo "make test                                          the test suite"
 	@echo "make data DOMAIN=fa SCALE=small [DATA_DIR=data]    generate a corpus"
-	@echo "make bench-gym                                     env steps/s, verified trajectories/s"
+	@echo "make eval RUN=runs/...                             avg@8 / pass@8 tables of a run"
+	@echo "make bench-gym | bench-train | bench-rollout       speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
 $(STAMP): pyproject.toml
@@ -35,6 +38,26 @@ test: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) $(if $(SCALE),--scale $(SCALE)) --data-dir $(DATA_DIR) --seed $(SEED)
+
+# The scale is resolved once (paper with CUDA, else small) and used by every stage.
+pretrain: $(STAMP)
+	@set -e; scale=$$($(BIN)/python -m planning_gym.config $(SCALE)); \
+	corpus=$(DATA_DIR)/$(DOMAIN)-$$scale; run=$(RUNS)/pretrain-$(DOMAIN)-$$scale; \
+	echo "== data: $$corpus"; \
+	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) --scale $$scale --data-dir $(DATA_DIR) --seed $(SEED) --quiet; \
+	echo "== pre-training: $$run"; \
+	$(BIN)/python -m pretrain.train --data $$corpus --out $$run --scale $$scale $(if $(RESUME),--resume); \
+	echo "== evaluation"; \
+	$(BIN)/python -m posttrain.evaluate --run $$run
+
+eval: $(STAMP)
+	$(BIN)/python -m posttrain.evaluate --run $(RUN)
+
+bench-train: $(STAMP)
+	$(BIN)/python -m pretrain.bench
+
+bench-rollout: $(STAMP)
+	$(BIN)/python -m posttrain.bench_rollout
 
 bench-gym: $(STAMP)
 	$(BIN)/python -m planning_gym.bench

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from .graph import GraphParams
-from .patterns import MIXTURES
+from .patterns import mixture_weights
 from .trajectory import COT_FORMATS
 from .world import load_domain
 
@@ -97,8 +97,10 @@ class CorpusConfig:
             raise ConfigError("domains must be a non-empty list without repeats")
         if self.cot_format not in COT_FORMATS:
             raise ConfigError(f"unknown cot_format '{self.cot_format}' (choose from {', '.join(COT_FORMATS)})")
-        if self.patterns not in MIXTURES:
-            raise ConfigError(f"unknown pattern mixture '{self.patterns}' (choose from {', '.join(MIXTURES)})")
+        try:
+            mixture_weights(self.patterns)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if len(self.horizon_mix) != 3 or any(p < 0 for p in self.horizon_mix) or sum(self.horizon_mix) == 0:
             raise ConfigError(f"horizon_mix must be three non-negative percentages S/M/L, got {self.horizon_mix}")
         if not 0 < self.ood_fraction < 1:
@@ -118,7 +120,7 @@ class CorpusConfig:
         if self.cot_format != "world_model":
             parts.append(self.cot_format)
         if self.patterns != "4opt":
-            parts.append(self.patterns)
+            parts.append(self.patterns.replace(":", "x"))
         if tuple(self.horizon_mix) != (100, 100, 100):
             parts.append("mix" + "-".join(str(p) for p in self.horizon_mix))
         if self.seed != 0:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .config import SPLITS, CorpusConfig
 from .env import Task
-from .patterns import MIXTURES, OPTIMAL
+from .patterns import OPTIMAL, mixture_weights
 from .rng import stream
 from .solver import Solver
 from .tasks import BINS, MAX_HORIZON, TaskSampler, is_held_out
@@ -71,7 +71,7 @@ def sample_pools(cfg: CorpusConfig, world: World) -> dict[str, list[tuple[str, T
 
 def choose_pattern(cfg: CorpusConfig, split: str, rng) -> str:
     """Training rows follow the quality mixture; test rows show an optimal reference."""
-    mix = MIXTURES[cfg.patterns]
+    mix = mixture_weights(cfg.patterns)
     if split.startswith("test"):
         mix = {p: w for p, w in mix.items() if p in OPTIMAL} or {"T1": 1.0}
     names = sorted(mix)

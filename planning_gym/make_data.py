@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recipe", default=None, help="recipe variant: A (default) or B")
     p.add_argument("--cot-format", default=None, help="world_model (default) or direct")
-    p.add_argument("--patterns", default=None, help="1opt | 4opt (default) | 4opt4sub | 4opt8sub")
+    p.add_argument("--patterns", default=None,
+                   help="1opt | 4opt (default) | 4opt4sub | 4opt8sub, or a set such as T1+T2+D1 or T1:2+D1:1")
     p.add_argument("--horizon-mix", type=_mix, default=None, help="S/M/L percentages, e.g. 100/100/5")
     p.add_argument("--n-pretrain", type=int, default=None, help="pretrain rows per bin at 100%%")
     p.add_argument("--n-posttrain", type=int, default=None, help="posttrain rows per bin")

@@ -42,6 +42,27 @@ MIXTURES: dict[str, dict[str, float]] = {
     "4opt8sub": {**{p: 1.0 for p in OPTIMAL}, **{p: 2.0 for p in SUBOPTIMAL}},
 }
 
+
+
+def mixture_weights(spec: str) -> dict[str, float]:
+    """Pattern weights of a mixture: a preset name (``4opt8sub``) or an explicit set such as
+    ``T1+T2+D1`` (equal weights) or ``T1:2+D1:1`` — what the MOPD regimes need per teacher."""
+    if spec in MIXTURES:
+        return dict(MIXTURES[spec])
+    weights: dict[str, float] = {}
+    for part in spec.split("+"):
+        name, _, w = part.strip().partition(":")
+        try:
+            weight = float(w) if w else 1.0
+        except ValueError:
+            weight = -1.0
+        if name not in PATTERNS or weight <= 0 or name in weights:
+            raise ValueError(f"bad pattern mixture '{spec}': use one of {', '.join(MIXTURES)} "
+                             f"or a set like T1+T2+D1 / T1:2+D1:1 over {', '.join(PATTERNS)}")
+        weights[name] = weight
+    return weights
+
+
 _PREFIX = [("T1", re.compile(r"^Goal check: ")), ("T2", re.compile(r"^Step \d+/\d+: ")),
            ("T3", re.compile(r"^Plan( step \d+)?: ")), ("T4", re.compile(r"^Reason: ")),
            ("D1", re.compile(r"^Quick: ")), ("D2", re.compile(r"^Shortcut: ")),

@@ -156,7 +156,21 @@ def test_direct_format_is_the_action_alone(tmp_path):
 
 
 def test_mixture_weights():
+    from planning_gym.patterns import mixture_weights
     assert MIXTURES["4opt8sub"]["D1"] == 2 * MIXTURES["4opt8sub"]["T1"]
+    assert mixture_weights("T1+D2") == {"T1": 1.0, "D2": 1.0}
+    assert mixture_weights("T1:2+D1:1") == {"T1": 2.0, "D1": 1.0}
+    for bad in ("T1+T1", "T1:0", "Z9", "T1:x"):
+        with pytest.raises(ValueError):
+            mixture_weights(bad)
+
+
+def test_explicit_pattern_set_corpus(tmp_path):
+    cfg = CorpusConfig.from_scale("tiny", patterns="T2+D3", **SMALL)
+    write_corpus(cfg, tmp_path / "x", workers=1, progress=False)
+    rows = load_rows(tmp_path / "x" / "pretrain.jsonl")
+    assert {r["pattern"] for r in rows} == {"T2", "D3"}
+    assert {r["pattern"] for r in load_rows(tmp_path / "x" / "test_id.jsonl")} == {"T2"}
 
 
 def run_cli(*args, cwd):
@@ -168,7 +182,8 @@ def run_cli(*args, cwd):
     (["--domain", "xx"], "unknown domain 'xx'"),
     (["--scale", "huge"], "unknown scale 'huge'"),
     (["--horizon-mix", "1/2"], "S/M/L percentages"),
-    (["--patterns", "9opt"], "unknown pattern mixture"),
+    (["--patterns", "9opt"], "bad pattern mixture"),
+    (["--patterns", "T1+X9"], "bad pattern mixture"),
     (["--items-per-level", "2"], "could only draw"),
     (["--inputs-per-rule", "4,2"], "inputs_per_rule"),
 ])
