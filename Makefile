@@ -13,7 +13,12 @@ SEED     ?= 0
 
 RUNS     ?= runs
 
-.PHONY: venv test data pretrain eval bench-gym bench-train bench-rollout clean
+RUN      ?=
+TEACHER  ?=
+OUT      ?=
+SET      ?=
+
+.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd bench-gym bench-train bench-rollout clean
 .DEFAULT_GOAL := help
 
 help:
@@ -21,6 +26,9 @@ help:
 	@echo "make test                                          the test suite"
 	@echo "make data DOMAIN=fa SCALE=small [DATA_DIR=data]    generate a corpus"
 	@echo "make eval RUN=runs/...                             avg@8 / pass@8 tables of a run"
+	@echo "make grpo|opd|turnopd|tcod RUN=... [TEACHER=...]   post-training (SET=\"steps=60 topk=100\")"
+	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
+	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
 	@echo "make bench-gym | bench-train | bench-rollout       speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
@@ -49,6 +57,22 @@ pretrain: $(STAMP)
 	$(BIN)/python -m pretrain.train --data $$corpus --out $$run --scale $$scale $(if $(RESUME),--resume); \
 	echo "== evaluation"; \
 	$(BIN)/python -m posttrain.evaluate --run $$run
+
+# Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".
+grpo opd turnopd tcod: $(STAMP)
+	$(BIN)/python -m posttrain.train --method $@ --student $(RUN) $(if $(TEACHER),--teacher $(TEACHER)) \
+		--out $(or $(OUT),$(RUN)-$@) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s))
+
+# A teacher sharing RUN's tokenizer: RECIPE=B, PATTERNS=T1+T2, or REGIME=shared_compatible TDOMAIN=lf
+teacher: $(STAMP)
+	$(BIN)/python -m posttrain.teachers --student $(RUN) --out $(OUT) --data-dir $(DATA_DIR) \
+		$(if $(RECIPE),--recipe $(RECIPE)) $(if $(PATTERNS),--patterns $(PATTERNS)) \
+		$(if $(REGIME),--regime $(REGIME)) $(if $(TDOMAIN),--domain $(TDOMAIN))
+
+# Cascaded MOPD: TEACHERS="fa=runs/t-fa lf=runs/t-lf ea=runs/t-ea"
+mopd: $(STAMP)
+	$(BIN)/python -m posttrain.mopd --student $(RUN) $(foreach t,$(TEACHERS),--teacher $(t)) \
+		--out $(or $(OUT),$(RUN)-mopd) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s))
 
 eval: $(STAMP)
 	$(BIN)/python -m posttrain.evaluate --run $(RUN)

@@ -1,0 +1,97 @@
+"""Post-training configuration: one flat dataclass per run, presets per scale, any field settable.
+
+Methods share one loop (`posttrain.train`) and differ only in what they roll out and what loss
+they take:
+
+  grpo     G rollouts per task, binary outcome reward (optionally + the solver's process reward),
+           group-relative advantages, PPO-clipped policy gradient, optional KL to the start model
+  opd      reverse KL to a teacher on the student's own rollouts (top-k, or full vocabulary)
+  turnopd  opd with TurnOPD's adaptive rollout-depth cap and progressive turn-normalised loss
+  tcod     opd with the TCOD-F2B front-to-back turn window 1 + step // tcod_checkpoint_steps
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pretrain.config import SCALES, UsageError
+
+METHODS = ("grpo", "opd", "turnopd", "tcod")
+
+
+@dataclass
+class PosttrainConfig:
+    method: str = "opd"
+    scale: str = "tiny"
+    steps: int = 4
+    tasks_per_step: int = 2          # distinct posttrain tasks per step
+    group_size: int = 4              # rollouts per task (GRPO's G)
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch: int = 8             # episodes per forward/backward
+    temperature: float = 1.0
+    max_turn_tokens: int = 192
+    step_limit: int = 20
+    rollout_batch: int = 64          # episodes in flight in the rollout engine
+    # grpo
+    clip_eps: float = 0.2
+    scale_by_std: bool = True
+    kl_coef: float = 0.0             # KL to the start model (0: off)
+    kl_estimator: str = "k3"
+    process_weight: float = 0.0      # weight of the solver's step-level process advantage (0: off)
+    # opd family
+    topk: int = 100                  # 0: full-vocabulary reverse KL
+    # turnopd
+    probe_interval: int = 8
+    probe_warmup: int = 3
+    h_min: int = 1
+    h_max: int = 20
+    ema_alpha: float = 0.3
+    # tcod
+    tcod_checkpoint_steps: int = 10
+    # bookkeeping
+    domains: str = ""                # comma list: only posttrain tasks of these domains ("" = all)
+    eval_every: int = 0              # 0: evaluate only at the end
+    eval_tasks_per_cell: int = 4
+    eval_k: int = 8
+    ckpt_every: int = 0              # 0: only the final checkpoint
+    seed: int = 0
+
+    def validate(self) -> "PosttrainConfig":
+        if self.method not in METHODS:
+            raise UsageError(f"unknown method {self.method!r} (choose one of {', '.join(METHODS)})")
+        if self.scale not in SCALES:
+            raise UsageError(f"unknown scale {self.scale!r} (choose one of {', '.join(SCALES)})")
+        for name in ("steps", "tasks_per_step", "group_size", "micro_batch", "max_turn_tokens", "step_limit",
+                     "rollout_batch", "eval_k", "tcod_checkpoint_steps", "probe_interval"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be positive")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
+        if self.topk < 0 or self.lr <= 0:
+            raise UsageError("topk must be >= 0 and lr > 0")
+        if not 1 <= self.h_min <= self.h_max:
+            raise UsageError("need 1 <= h_min <= h_max")
+        return self
+
+
+_PRESETS = {
+    "tiny": dict(steps=4, tasks_per_step=2, group_size=4, eval_tasks_per_cell=2, eval_k=2),
+    "small": dict(steps=60, tasks_per_step=8, group_size=8, lr=5e-5, eval_every=20, eval_tasks_per_cell=16),
+    # the paper trains GRPO / OPD for 75 steps
+    "paper": dict(steps=75, tasks_per_step=32, group_size=8, lr=1e-5, micro_batch=16, rollout_batch=256,
+                  eval_every=25, eval_tasks_per_cell=160, ckpt_every=25),
+}
+_METHOD_DEFAULTS = {"turnopd": dict(topk=50)}
+
+
+def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:
+    if scale not in _PRESETS:
+        raise UsageError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
+    fields = {f.name for f in dataclasses.fields(PosttrainConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise UsageError(f"unknown config field(s): {', '.join(unknown)}")
+    values = {**_PRESETS[scale], **_METHOD_DEFAULTS.get(method, {}), **overrides, "method": method, "scale": scale}
+    return PosttrainConfig(**values).validate()

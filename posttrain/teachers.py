@@ -1,0 +1,115 @@
+"""Teachers built from the gym: a model pre-trained on the corpus of the behaviour to distil.
+
+The paper's teachers are "ideal": trained on data of the target distribution until they solve
+it.  Here a teacher is a `pretrain.train` run on a corpus that differs from the student's in
+one controlled way — the recipe (A/B, knowledge mismatch), the planning-pattern set (MOPD
+regimes), or the domain — and that reuses the *student's tokenizer*, because on-policy
+distillation compares next-token distributions over one shared vocabulary.
+
+    python -m posttrain.teachers --student runs/pretrain-fa-small --recipe B --out runs/teacher-B
+    python -m posttrain.teachers --student RUN --regime shared_compatible --domain lf --out runs/teacher-lf
+
+MOPD regimes (paper Tables 6-7, our construction of "which patterns each domain teacher uses"):
+  shared_compatible   every teacher has T1, plus one other optimal pattern of its own
+  shared_conflict     every teacher has T1, plus one suboptimal pattern of its own
+  no_shared_conflict  no pattern in common; each teacher mixes its own optimal and suboptimal pattern
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from planning_gym.config import ConfigError, CorpusConfig
+from planning_gym.corpus import write_corpus
+from planning_gym.world import DomainError
+
+REGIMES: dict[str, dict[str, str]] = {
+    "shared_compatible": {"fa": "T1+T2", "lf": "T1+T3", "ea": "T1+T4"},
+    "shared_conflict": {"fa": "T1+D1", "lf": "T1+D2", "ea": "T1+D3"},
+    "no_shared_conflict": {"fa": "T2+D1", "lf": "T3+D2", "ea": "T4+D3"},
+}
+
+
+class TeacherError(ValueError):
+    pass
+
+
+def student_corpus_config(student_run: Path) -> CorpusConfig:
+    """The corpus config the student was pre-trained on (read from its run folder)."""
+    try:
+        saved = json.loads((student_run / "train_config.json").read_text())
+        corpus = json.loads((Path(saved["data"]) / "config.json").read_text())
+    except (OSError, KeyError, ValueError) as e:
+        raise TeacherError(f"cannot read the student's run/corpus config under {student_run}: {e}") from None
+    corpus.pop("generator", None)
+    graph = corpus.pop("graph")
+    from planning_gym.graph import GraphParams
+    g = GraphParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in graph.items()})
+    return CorpusConfig(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in corpus.items()}, "graph": g})
+
+
+def teacher_corpus(student: CorpusConfig, *, recipe: str | None = None, patterns: str | None = None,
+                   domain: str | None = None, regime: str | None = None) -> CorpusConfig:
+    """The student's corpus config with the one controlled difference applied."""
+    if regime is not None:
+        if regime not in REGIMES:
+            raise TeacherError(f"unknown regime '{regime}' (choose from {', '.join(REGIMES)})")
+        if domain not in REGIMES[regime]:
+            raise TeacherError(f"regime {regime} defines teachers for {', '.join(REGIMES[regime])}; pass --domain")
+        patterns = REGIMES[regime][domain]
+    import dataclasses
+    changes = {"recipe": recipe, "patterns": patterns, "domains": (domain,) if domain else None}
+    cfg = dataclasses.replace(student, **{k: v for k, v in changes.items() if v is not None})
+    cfg.check()
+    return cfg
+
+
+def build_teacher(student_run: Path, out: Path, data_dir: Path, *, steps: int | None = None,
+                  **difference) -> Path:
+    """Write the teacher's corpus, seed its run folder with the student's tokenizer, pre-train."""
+    from pretrain.train import main as pretrain_main
+
+    student_run, out = Path(student_run), Path(out)
+    if not (student_run / "tokenizer" / "tokenizer.json").is_file():
+        raise TeacherError(f"{student_run} has no tokenizer/ folder: is it a pretrain run?")
+    cfg = teacher_corpus(student_corpus_config(student_run), **difference)
+    corpus_dir = Path(data_dir) / cfg.name
+    if not (corpus_dir / "pretrain.jsonl").exists():
+        write_corpus(cfg, corpus_dir, workers=1 if cfg.scale == "tiny" else 2)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "tokenizer").exists():
+        shutil.copytree(student_run / "tokenizer", out / "tokenizer")
+    argv = ["--data", str(corpus_dir), "--out", str(out), "--scale", cfg.scale]
+    if steps:
+        argv += ["--steps", str(steps)]
+    code = pretrain_main(argv)
+    if code:
+        raise TeacherError(f"teacher pre-training failed with status {code}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m posttrain.teachers", description=__doc__.split("\n")[0])
+    p.add_argument("--student", required=True, help="the student's pretrain run folder")
+    p.add_argument("--out", required=True, help="the teacher's run folder")
+    p.add_argument("--data-dir", default="data")
+    p.add_argument("--recipe", help="teach another recipe (B): the knowledge-mismatch teacher")
+    p.add_argument("--patterns", help="teach a pattern set, e.g. 1opt or T1+T2")
+    p.add_argument("--domain", help="teacher for one domain (fa, lf, ea)")
+    p.add_argument("--regime", help=f"MOPD regime: {', '.join(REGIMES)} (with --domain)")
+    p.add_argument("--steps", type=int, help="pre-training steps (default: the scale's)")
+    args = p.parse_args(argv)
+    try:
+        build_teacher(Path(args.student), Path(args.out), Path(args.data_dir), steps=args.steps,
+                      recipe=args.recipe, patterns=args.patterns, domain=args.domain, regime=args.regime)
+    except (TeacherError, ConfigError, DomainError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The post-training loop end to end on a tiny student: OPD / GRPO / TurnOPD / TCOD, teachers,
+vocabulary checks and exact resume.  (Loss maths is tested in test_losses.py.)"""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from planning_gym.config import CorpusConfig
+from planning_gym.corpus import write_corpus
+from posttrain.train import main as posttrain_main
+from pretrain.train import main as pretrain_main
+
+FAST = ["steps=2", "tasks_per_step=2", "group_size=2", "step_limit=2", "max_turn_tokens=12",
+        "eval_tasks_per_cell=1", "eval_k=1"]
+
+
+def sets(*items):
+    return [a for item in items for a in ("--set", item)]
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    root = tmp_path_factory.mktemp("post")
+    cfg = CorpusConfig.from_scale("tiny", n_pretrain_per_bin=12, n_posttrain_per_bin=4, n_test_per_bin=2)
+    write_corpus(cfg, root / "data" / cfg.name, progress=False)
+    run = root / "student"
+    assert pretrain_main(["--data", str(root / "data" / cfg.name), "--out", str(run), "--scale", "tiny",
+                          "--steps", "2", "--eval-every", "2", "--ckpt-every", "2", "--vocab-size", "400"]) == 0
+    return root, run
+
+
+@pytest.fixture(scope="module")
+def teacher_b(student):
+    from posttrain.teachers import build_teacher
+    root, run = student
+    return build_teacher(run, root / "teacher_b", root / "data", steps=3, recipe="B")
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+    ckpt = json.loads((run / "summary.json").read_text())["checkpoint"]
+    return load_file(str(Path(ckpt) / "model.safetensors"))
+
+
+def test_opd_against_itself_is_a_zero_loss(student):
+    root, run = student
+    out = root / "self_opd"
+    assert posttrain_main(["--method", "opd", "--student", str(run), "--teacher", str(run), "--out", str(out),
+                           "--scale", "tiny", *sets(*FAST)]) == 0
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    # zero up to float rounding (Adam then turns that rounding noise into small steps, so the
+    # second step's student is no longer exactly the teacher: its KL is small but not 0)
+    assert len(steps) == 2 and abs(steps[0]["loss"]) < 1e-6 and abs(steps[0]["kl"]) < 1e-6
+    assert abs(steps[1]["kl"]) < 1e-3
+    for key in ("rollout_s", "scoring_s", "update_s", "entropy", "reward", "success", "depth", "agent_tokens"):
+        assert key in steps[0]
+    assert steps[0]["rollout_s"] > 0 and steps[0]["agent_tokens"] > 0
+
+
+def test_opd_from_a_recipe_b_teacher_moves_the_student(student, teacher_b):
+    root, run = student
+    out = root / "opd_b"
+    assert posttrain_main(["--method", "opd", "--student", str(run), "--teacher", str(teacher_b),
+                           "--out", str(out), "--scale", "tiny", *sets(*FAST, "lr=1e-3")]) == 0
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    assert all(m["kl"] > 1e-4 for m in steps)
+    before, after = weights(run), weights(out)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    cfg = json.loads((teacher_b / "train_config.json").read_text())
+    assert "recipeB" in cfg["data"]
+    assert (teacher_b / "tokenizer" / "tokenizer.json").read_bytes() == (run / "tokenizer" / "tokenizer.json").read_bytes()
+
+
+def test_turnopd_probes_then_caps_depth_and_tcod_widens_its_window(student, teacher_b):
+    root, run = student
+    out = root / "turnopd"
+    assert posttrain_main(["--method", "turnopd", "--student", str(run), "--teacher", str(teacher_b),
+                           "--out", str(out), "--scale", "tiny",
+                           *sets(*FAST, "steps=4", "probe_warmup=1", "probe_interval=2", "h_max=2")]) == 0
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    assert [m["probe"] for m in steps] == [True, False, False, True]
+    assert steps[0]["cap"] is None and all(1 <= m["cap"] <= 2 for m in steps[1:3])
+    assert [m["alpha"] for m in steps] == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    out = root / "tcod"
+    assert posttrain_main(["--method", "tcod", "--student", str(run), "--teacher", str(teacher_b),
+                           "--out", str(out), "--scale", "tiny",
+                           *sets(*FAST, "steps=3", "tcod_checkpoint_steps=2", "step_limit=3")]) == 0
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    assert [m["cap"] for m in steps] == [1, 1, 2]
+    assert all(m["depth"] <= m["cap"] for m in steps)
+
+
+def test_grpo_logs_rewards_and_process_rewards(student):
+    root, run = student
+    out = root / "grpo"
+    assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(out), "--scale", "tiny",
+                           *sets(*FAST, "process_weight=0.5", "kl_coef=0.1")]) == 0
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    assert all(0.0 <= m["reward"] <= 1.0 and m["kl"] is not None and m["kl"] >= 0 for m in steps)
+    assert any(m.get("eval") for m in metrics(out))
+
+
+def test_exact_resume(student, teacher_b):
+    root, run = student
+    args = ["--method", "opd", "--student", str(run), "--teacher", str(teacher_b), "--scale", "tiny",
+            *sets(*FAST, "ckpt_every=1", "lr=1e-3")]
+    full, cut = root / "full", root / "cut"
+    assert posttrain_main([*args, "--out", str(full)]) == 0
+    assert posttrain_main([*args, "--out", str(cut)]) == 0
+    for name in ("checkpoints/step_000002", "summary.json"):       # as if killed after step 1
+        path = cut / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert posttrain_main(["--out", str(cut), "--resume"]) == 0
+    a, b = weights(full), weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    losses = lambda r: [m["loss"] for m in metrics(r) if not m.get("eval")]
+    assert losses(full) == losses(cut)
+
+
+def test_teacher_with_another_vocabulary_is_refused(student, tmp_path):
+    root, run = student
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    tok = json.loads((other / "tokenizer" / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[10:12]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer" / "tokenizer.json").write_text(json.dumps(tok))
+    (other / "summary.json").unlink()          # it points into the student's folder
+    for ckpt in (other / "checkpoints").iterdir():
+        (ckpt / "tokenizer.json").write_text(json.dumps(tok))
+    res = subprocess.run([sys.executable, "-m", "posttrain.train", "--method", "opd", "--student", str(run),
+                          "--teacher", str(other), "--out", str(tmp_path / "x"), "--scale", "tiny"],
+                         capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert res.returncode == 2 and "tokenizer differs" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--method", "ppo"], "unknown method"),
+    (["--method", "opd"], "needs --teacher"),
+    (["--method", "grpo", "--set", "nope=1"], "--set expects"),
+])
+def test_bad_input_exit_2(student, tmp_path, argv, message):
+    root, run = student
+    res = subprocess.run([sys.executable, "-m", "posttrain.train", "--student", str(run), "--out",
+                          str(tmp_path / "x"), "--scale", "tiny", *argv],
+                         capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
