@@ -1,0 +1,315 @@
+"""Planning evaluation: avg@K and pass@K per domain x difficulty x ID/OOD, and pattern frequencies.
+
+Why this exists: it is the last stage of ``make pretrain`` and the yardstick of every
+post-training method (SPEC section 5): K=8 samples per test task at temperature 0.4 with the
+environment's step limit of 20, played by the batched rollout engine (`posttrain.rollout`).
+
+    python -m posttrain.evaluate --run RUN_DIR [--data CORPUS_DIR] [--k 8] [--temperature 0.4]
+        [--max-tasks-per-cell N] [--step-limit 20] [--batch-size 64] [--out DIR] [--device auto]
+    python -m posttrain.evaluate --model CHECKPOINT_DIR --data CORPUS_DIR ...
+
+A run folder of `pretrain.train` holds ``train_config.json`` (its ``data`` is the corpus),
+``summary.json`` (its ``checkpoint`` is the final one) and ``checkpoints/step_*/`` (model and
+tokenizer); without ``summary.json`` the newest checkpoint is used. ``--data`` overrides the
+corpus. Results go to ``RUN_DIR/eval/`` (or ``--out``): ``results.csv`` and ``results.md`` (one
+row per domain x split x difficulty, plus an ``all`` row per domain x split), ``summary.json``
+and ``samples.jsonl`` (every episode: task, success, actions, pattern, text).
+
+Scores are percentages: avg@K is the mean success over a task's K samples, pass@K whether any
+of them succeeded, both averaged over the cell's tasks. Pattern frequencies are the share of
+samples whose text `planning_gym.patterns.classify_trajectory` assigns to each pattern.
+Bad input (missing run, corrupt checkpoint, unknown corpus) ends with one ``error:`` line on
+stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
+from pretrain.config import UsageError
+
+SPLITS = {"test_id": "ID", "test_ood": "OOD"}
+DIFFICULTIES = ("short", "mid", "long")
+PATTERN_COLUMNS = (*PATTERNS, OTHERS)
+
+
+# ----- inputs --------------------------------------------------------------------------------------
+def load_worlds(corpus_dir: Path) -> dict:
+    """Every ``rules_*.json`` of a corpus as ``{(domain, recipe): World}``."""
+    from planning_gym.world import World
+
+    corpus_dir = Path(corpus_dir)
+    if not corpus_dir.is_dir():
+        raise UsageError(f"corpus folder {corpus_dir} does not exist")
+    worlds = {}
+    for path in sorted(corpus_dir.glob("rules_*.json")):
+        try:
+            world = World.from_rules_json(json.loads(path.read_text()))
+        except Exception as exc:
+            raise UsageError(f"corrupt rules file {path}: {type(exc).__name__}: {exc}") from None
+        worlds[(world.domain, world.recipe)] = world
+    if not worlds:
+        raise UsageError(f"{corpus_dir} is not a planning-gym corpus (no rules_*.json)")
+    return worlds
+
+
+def load_rows(corpus_dir: Path, split: str) -> list[dict]:
+    path = Path(corpus_dir) / f"{split}.jsonl"
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise UsageError(f"corpus {corpus_dir} has no {split}.jsonl") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def task_for_row(worlds: dict, row: dict):
+    from planning_gym.trajectory import RowError, task_of_row
+
+    world = worlds.get((row.get("domain"), row.get("recipe")))
+    if world is None:
+        raise UsageError(f"row {row.get('id')}: no rules for domain {row.get('domain')!r} recipe {row.get('recipe')!r}")
+    try:
+        return world, task_of_row(world, row)
+    except RowError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def select_rows(rows: list[dict], max_per_cell: int | None) -> list[dict]:
+    """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order."""
+    if max_per_cell is None:
+        return list(rows)
+    seen: dict[tuple, int] = {}
+    out = []
+    for r in rows:
+        key = (r.get("domain"), r.get("difficulty"))
+        if seen.get(key, 0) < max_per_cell:
+            seen[key] = seen.get(key, 0) + 1
+            out.append(r)
+    return out
+
+
+def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
+    """(model, tokenizer, corpus folder or None) of a pretrain run folder or a checkpoint folder."""
+    from pretrain.checkpoint import latest_checkpoint, load_model
+    from pretrain.tokenizer import load_tokenizer
+
+    data = None
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"run folder {run_dir} does not exist")
+        try:
+            data = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
+        except FileNotFoundError:
+            data = None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
+        ckpt = None
+        try:
+            ckpt = Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if ckpt is None or not ckpt.is_dir():
+            ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")
+        tok_dirs = [ckpt, run_dir / "tokenizer"]
+    else:
+        ckpt = Path(model_dir)
+        if not ckpt.is_dir():
+            raise UsageError(f"model folder {ckpt} does not exist")
+        tok_dirs = [ckpt]
+    model = load_model(ckpt)
+    for folder in tok_dirs:
+        if (folder / "tokenizer.json").is_file():
+            try:
+                return model, load_tokenizer(folder), data
+            except Exception as exc:
+                raise UsageError(f"cannot load the tokenizer in {folder}: {exc}") from None
+    raise UsageError(f"no tokenizer.json in {' or '.join(str(d) for d in tok_dirs)}")
+
+
+# ----- scoring -------------------------------------------------------------------------------------
+def score(outcomes: list[dict], k: int) -> list[dict]:
+    """Table rows from per-sample outcomes.
+
+    Each outcome: ``domain, split, difficulty, task`` (any hashable id), ``success`` (bool) and
+    optionally ``pattern``, ``n_turns``, ``n_invalid``. One row per (domain, split, difficulty)
+    and one ``all`` row per (domain, split); avg@k / pass@k / pattern shares in percent.
+    """
+    by_task: dict[tuple, list[dict]] = {}
+    for o in outcomes:
+        by_task.setdefault((o["domain"], o["split"], o["difficulty"], o["task"]), []).append(o)
+    cells: dict[tuple, list[list[dict]]] = {}
+    for (domain, split, diff, _), samples in by_task.items():
+        cells.setdefault((domain, split, diff), []).append(samples)
+        if diff != "all":
+            cells.setdefault((domain, split, "all"), []).append(samples)
+    order = {d: i for i, d in enumerate((*DIFFICULTIES, "all"))}
+    split_order = {s: i for i, s in enumerate(SPLITS.values())}
+    rows = []
+    for (domain, split, diff) in sorted(cells, key=lambda c: (c[0], split_order.get(c[1], 9), c[1], order.get(c[2], 8), c[2])):
+        tasks = cells[(domain, split, diff)]
+        flat = [o for samples in tasks for o in samples]
+        row = {"domain": domain, "split": split, "difficulty": diff, "tasks": len(tasks), "samples": len(flat),
+               f"avg@{k}": 100.0 * sum(sum(o["success"] for o in s) / len(s) for s in tasks) / len(tasks),
+               f"pass@{k}": 100.0 * sum(any(o["success"] for o in s) for s in tasks) / len(tasks),
+               "turns": sum(o.get("n_turns", 0) for o in flat) / len(flat),
+               "invalid": sum(o.get("n_invalid", 0) for o in flat) / len(flat)}
+        for p in PATTERN_COLUMNS:
+            row[p] = 100.0 * sum(o.get("pattern") == p for o in flat) / len(flat)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], k: int, header: str = "") -> str:
+    lines = [header] if header else []
+    lines += [f"| domain | split | difficulty | tasks | avg@{k} | pass@{k} | turns | invalid / episode |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['domain']} | {r['split']} | {r['difficulty']} | {r['tasks']} | {r[f'avg@{k}']:.2f} "
+                     f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} |")
+    lines += ["", "Planning patterns of the sampled outputs (% of samples):", "",
+              "| domain | split | difficulty | " + " | ".join(PATTERN_COLUMNS) + " |",
+              "|---|---|---|" + "---|" * len(PATTERN_COLUMNS)]
+    for r in rows:
+        lines.append(f"| {r['domain']} | {r['split']} | {r['difficulty']} | "
+                     + " | ".join(f"{r[p]:.1f}" for p in PATTERN_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ----- the evaluation --------------------------------------------------------------------------------
+def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0.4, top_p: float = 1.0,
+             step_limit: int = 20, max_tasks_per_cell: int | None = None, batch_size: int = 64,
+             max_turn_tokens: int = 192, max_total_tokens: int | None = None, seed: int = 0,
+             out_dir=None, progress: bool = True) -> dict:
+    """Evaluate ``model`` on the corpus's test_id / test_ood tasks; write files to ``out_dir``
+    when given; return the summary (also ``summary.json``)."""
+    from tqdm import tqdm
+
+    from posttrain.backend import HFPolicy
+    from posttrain.rollout import RolloutConfig, rollout
+    from pretrain.tokenizer import special_ids
+
+    if k < 1:
+        raise UsageError("--k must be at least 1")
+    corpus_dir = Path(corpus_dir)
+    worlds = load_worlds(corpus_dir)
+    rows = []
+    for split in SPLITS:
+        if (corpus_dir / f"{split}.jsonl").is_file():
+            rows += [(split, r) for r in select_rows(load_rows(corpus_dir, split), max_tasks_per_cell)]
+    if not rows:
+        raise UsageError(f"corpus {corpus_dir} has no test_id.jsonl or test_ood.jsonl rows")
+    tasks = [task_for_row(worlds, r) for _, r in rows]
+    limit = max_total_tokens or min(4096, getattr(model.config, "max_position_embeddings", 4096))
+    cfg = RolloutConfig(temperature=temperature, top_p=top_p, max_turn_tokens=max_turn_tokens, step_limit=step_limit,
+                        max_total_tokens=limit, batch_size=batch_size)
+    policy = HFPolicy(model, special_ids(tokenizer).pad)
+    bar = tqdm(total=len(tasks) * k, desc="evaluate", unit="episode", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True, mininterval=1.0)
+    ro = rollout(policy, tokenizer, [t for t in tasks for _ in range(k)], cfg, seed=seed, progress=bar.update)
+    bar.close()
+    outcomes = []
+    for j, ep in enumerate(ro.episodes):
+        split, row = rows[j // k]
+        outcomes.append({"domain": row["domain"], "split": SPLITS[split], "difficulty": row["difficulty"],
+                         "task": row["id"], "sample": j % k, "success": ep.success, "n_turns": ep.n_turns,
+                         "n_invalid": ep.n_invalid, "pattern": classify_trajectory(ep.text), "horizon": row["horizon"],
+                         "actions": ep.actions, "stop_reason": ep.stop_reason, "text": ep.text})
+    table = score(outcomes, k)
+    overall = {r["split"]: {f"avg@{k}": r[f"avg@{k}"], f"pass@{k}": r[f"pass@{k}"], "tasks": r["tasks"]}
+               for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
+    summary = {"corpus": str(corpus_dir), "k": k, "temperature": temperature, "top_p": top_p, "step_limit": step_limit,
+               "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
+               "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
+               "generated_tokens": ro.generated_tokens, "overall": overall, "table": table}
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "results.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(table[0]))
+            writer.writeheader()
+            for r in table:
+                writer.writerow({key: round(v, 4) if isinstance(v, float) else v for key, v in r.items()})
+        head = (f"# Evaluation: {len(tasks)} tasks x {k} samples, temperature {temperature}, "
+                f"step limit {step_limit}\n\ncorpus `{corpus_dir}`\n")
+        (out / "results.md").write_text(markdown(table, k, head))
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        with open(out / "samples.jsonl", "w") as f:
+            for o in outcomes:
+                f.write(json.dumps(o) + "\n")
+    return summary
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m posttrain.evaluate", description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--run", help="a pretrain run folder")
+    src.add_argument("--model", help="a checkpoint folder (model + tokenizer); needs --data")
+    p.add_argument("--data", help="corpus folder (default: the run's training corpus)")
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--temperature", type=float, default=0.4)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--step-limit", type=int, default=20)
+    p.add_argument("--max-tasks-per-cell", type=int, help="first N tasks per domain x difficulty of each split")
+    p.add_argument("--max-turn-tokens", type=int, default=192)
+    p.add_argument("--max-total-tokens", type=int, help="default: min(4096, the model's max positions)")
+    p.add_argument("--batch-size", type=int, default=64, help="episodes in flight")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    try:
+        args = p.parse_args(argv)
+        import torch
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        for name in ("k", "step_limit", "max_turn_tokens", "batch_size", "max_tasks_per_cell", "max_total_tokens"):
+            if getattr(args, name) is not None and getattr(args, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        if args.temperature < 0 or not 0 < args.top_p <= 1:
+            raise UsageError("need --temperature >= 0 and 0 < --top-p <= 1")
+        if args.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda given but no CUDA device is available")
+        if args.model and not args.data:
+            raise UsageError("--model needs --data (a corpus folder)")
+        model, tokenizer, data = load_model_and_tokenizer(
+            Path(args.run) if args.run else None, Path(args.model) if args.model else None)
+        corpus = Path(args.data) if args.data else data
+        if corpus is None:
+            raise UsageError(f"run {args.run} does not name its corpus (no train_config.json); pass --data")
+        cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        model.to("cuda" if cuda else "cpu")
+        out = Path(args.out) if args.out else Path(args.run or args.model) / "eval"
+        summary = evaluate(model, tokenizer, corpus, k=args.k, temperature=args.temperature, top_p=args.top_p,
+                           step_limit=args.step_limit, max_tasks_per_cell=args.max_tasks_per_cell,
+                           batch_size=args.batch_size, max_turn_tokens=args.max_turn_tokens,
+                           max_total_tokens=args.max_total_tokens, seed=args.seed, out_dir=out,
+                           progress=not args.quiet)
+    except (UsageError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    k = summary["k"]
+    for split, s in summary["overall"].items():
+        print(f"{split}: avg@{k} {s[f'avg@{k}']:.2f}  pass@{k} {s[f'pass@{k}']:.2f}")
+    print(f"wrote {out}/results.md, results.csv, summary.json, samples.jsonl "
+          f"({summary['episodes']} episodes in {summary['seconds']:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
