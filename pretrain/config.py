@@ -5,10 +5,12 @@ Why one flat dataclass: every knob of a run (model shape, data, optimiser, bookk
 preset is just a dict of field overrides, and any field can be set from the command line
 (`--set field=value`) without a flag per field.
 
-Scales (SPEC §1): ``tiny`` (~1M params, tests and smoke runs), ``small`` (~5M params, a real but
-reduced run on a 2-core CPU in about half an hour), ``paper`` (~104M params, the paper's Qwen2.5
-shape: hidden 768, 12 layers, 12 heads, 2 KV heads, tied embeddings, 3000-token vocabulary,
-9000 steps). `resolve_scale` picks ``paper`` on a CUDA machine and ``small`` otherwise when none
+Scales (SPEC §1): ``tiny`` (~1M params, tests and smoke runs, a few minutes), ``small`` (~5M
+params, a real but reduced run on a 2-core CPU in well under an hour: 1000 steps of 4 x 1024
+tokens), ``paper`` (~104M params, the paper's Qwen2.5 shape: hidden 768, 12 layers, 12 heads,
+2 KV heads, tied embeddings, 3000-token vocabulary, 9000 steps of 32 x 2048 tokens). Gym
+trajectories run to ~1600 tokens, so blocks are 512 / 1024 / 2048 tokens: the larger presets see
+whole long-horizon episodes at the positions a rollout will use. `resolve_scale` picks ``paper`` on a CUDA machine and ``small`` otherwise when none
 is given, and says so.
 """
 from __future__ import annotations
@@ -46,12 +48,12 @@ class PretrainConfig:
     tie_embeddings: bool = True
     init_std: float = 0.02
     # data
-    block_size: int = 256             # packed sequence length
+    block_size: int = 512             # packed sequence length
     loss_on: str = "all"              # "all" tokens, or only "agent" turn tokens
     # optimisation
     steps: int = 300
-    batch_size: int = 8               # global sequences per optimiser step (all ranks, all micro-steps)
-    micro_batch: int = 8              # sequences per forward pass per process
+    batch_size: int = 4               # global sequences per optimiser step (all ranks, all micro-steps)
+    micro_batch: int = 4              # sequences per forward pass per process
     lr: float = 3e-3
     min_lr_ratio: float = 0.1         # cosine decays to lr * min_lr_ratio
     warmup_steps: int = 20
@@ -122,7 +124,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(),
     "small": dict(
         hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=768,
-        block_size=512, steps=1000, batch_size=8, micro_batch=8, lr=1.5e-3, warmup_steps=50,
+        block_size=1024, steps=1000, batch_size=4, micro_batch=4, lr=1.5e-3, warmup_steps=50,
         eval_every=100, eval_blocks=32, ckpt_every=200, log_every=10,
     ),
     "paper": dict(
