@@ -18,30 +18,27 @@ import sys
 from pathlib import Path
 
 from posttrain.config import make_config
-from posttrain.train import Trainer, parse_overrides
+from posttrain.train import Trainer, guarded, parse_overrides
 from pretrain.config import UsageError, resolve_scale
 
 
 def domain_table(summary_path: Path, k: int) -> dict[str, float]:
-    """avg@k per (domain, split) from an evaluation's results table."""
+    """avg@k (percent) per (domain, split) over all difficulties, from an evaluation summary."""
     table = json.loads(summary_path.read_text())["table"]
-    out: dict[str, list[float]] = {}
-    for row in table:
-        if row["difficulty"] == "all" or row["domain"] == "*":
-            continue
-        out.setdefault(f"{row['domain']}/{row['split']}", []).append(row[f"avg@{k}"])
-    return {key: sum(v) / len(v) for key, v in sorted(out.items())}
+    return {f"{r['domain']}/{r['split']}": r[f"avg@{k}"] for r in table if r["difficulty"] == "all"}
 
 
 def run(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m posttrain.mopd", description=__doc__.split("\n")[0])
     p.add_argument("--student", required=True)
-    p.add_argument("--teacher", action="append", required=True, metavar="DOMAIN=RUN", help="in cascade order")
+    p.add_argument("--teacher", action="append", default=[], metavar="DOMAIN=RUN", help="in cascade order")
     p.add_argument("--out", required=True)
     p.add_argument("--data")
     p.add_argument("--scale")
     p.add_argument("--set", action="append", default=[])
     args = p.parse_args(argv)
+    if not args.teacher:
+        raise UsageError("at least one --teacher DOMAIN=RUN is needed")
     stages = []
     for item in args.teacher:
         domain, sep, run_dir = item.partition("=")
@@ -60,11 +57,11 @@ def run(argv=None) -> list[dict]:
         scores = domain_table(evals[-1] / "summary.json", cfg.eval_k)
         results.append({"stage": i, "teacher": domain, "run": str(stage_dir), **scores,
                         "train_wall_s": summary["train_wall_s"]})
-        print(f"stage {i} ({domain}): " + ", ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+        print(f"stage {i} ({domain}): " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items()))
         student = stage_dir
     keys = sorted({k for r in results for k in r if "/" in k})
     lines = ["| stage | teacher | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
-    lines += [f"| {r['stage']} | {r['teacher']} | " + " | ".join(f"{r.get(k, float('nan')):.3f}" for k in keys) + " |"
+    lines += [f"| {r['stage']} | {r['teacher']} | " + " | ".join(f"{r.get(k, float('nan')):.1f}" for k in keys) + " |"
               for r in results]
     (out / "mopd.md").write_text("\n".join(lines) + "\n")
     (out / "mopd.json").write_text(json.dumps(results, indent=1))
@@ -72,12 +69,7 @@ def run(argv=None) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    try:
-        run(argv)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return guarded(run, argv)
 
 
 if __name__ == "__main__":

@@ -359,13 +359,18 @@ def run(argv=None) -> dict:
     return summary
 
 
-def main(argv=None) -> int:
+def guarded(fn, argv) -> int:
+    """Run an entry point: a user mistake is one ``error:`` line and exit status 2."""
     try:
-        run(argv)
+        fn(argv)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv=None) -> int:
+    return guarded(run, argv)
 
 
 if __name__ == "__main__":

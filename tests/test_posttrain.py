@@ -125,6 +125,19 @@ def test_exact_resume(student, teacher_b):
     assert losses(full) == losses(cut)
 
 
+def test_mopd_cascade_evaluates_every_stage(student, teacher_b):
+    from posttrain.mopd import main as mopd_main
+    root, run = student
+    out = root / "mopd"
+    assert mopd_main(["--student", str(run), "--teacher", f"fa={teacher_b}", "--teacher", f"fa={run}",
+                      "--out", str(out), "--scale", "tiny", *sets(*FAST, "steps=1")]) == 0
+    results = json.loads((out / "mopd.json").read_text())
+    assert [r["stage"] for r in results] == [1, 2] and all("fa/ID" in r and "fa/OOD" in r for r in results)
+    stage2 = json.loads((out / "stage_2_fa" / "train_config.json").read_text())
+    assert stage2["student"] == str(out / "stage_1_fa")          # each stage starts from the last
+    assert (out / "mopd.md").read_text().count("|") > 8
+
+
 def test_teacher_with_another_vocabulary_is_refused(student, tmp_path):
     root, run = student
     other = tmp_path / "other"
