@@ -91,8 +91,8 @@ def act(pattern: str, world: World, goal: int, inv0: dict[int, int], gold: list[
     if pattern == "D4":            # gathers first (still executable: more stock never hurts) ...
         gathers = [a for a in actions if a.startswith(world.gather_verb + " ")]
         actions = gathers + [a for a in actions if not a.startswith(world.gather_verb + " ")]
-        base_needed = sorted({a for a in gathers}) or [world.action_text(("gather", i))
-                                                       for i in range(world.n_items) if world.is_base(i)]
+        base_needed = sorted(set(gathers)) or [world.action_text(("gather", i))
+                                                for i in range(world.n_items) if world.is_base(i)]
         for _ in range(n_defects):  # ... plus surplus units it never uses
             pos = rng.randint(0, len(gathers))
             actions.insert(pos, rng.choice(base_needed))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 from itertools import product
 
+from .env import apply_action
 from .world import World
 
 INF = float("inf")
@@ -156,7 +157,6 @@ def _key(inventory: dict[int, int]) -> tuple:
 
 def brute_force_length(world: World, goal: int, inventory: dict[int, int], limit: int = 12) -> int | None:
     """Breadth-first search over raw inventories (for tests on small graphs only)."""
-    from .env import apply_action   # local import: env imports nothing from here at module load
     start = _key(inventory)
     if dict(start).get(goal, 0) >= 1:
         return 0
