@@ -3,8 +3,8 @@
 Why this exists: packing is the trainer's main systems claim, so it is measured, in one run, on
 one model and one corpus, against the plain Hugging Face recipe (one trajectory per row, padded
 to the longest row of the batch by `DataCollatorForLanguageModeling`, pads masked out of the
-loss, the model's own loss). The padded batches hold about as many tensor positions as the
-packed ones (rows = micro_batch * block / mean document length). Reported:
+loss, the model's own loss). A padded batch holds about as many real tokens as a packed one
+(rows = micro_batch * block / mean document length), plus its padding. Reported:
 
 * useful (non-pad) tokens per second of each, and their ratio (target >= 1.5x);
 * achieved FLOP/s of our training step, (6N + causal attention) x tokens/s, as a fraction of
@@ -20,6 +20,7 @@ them stable on a shared machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import random
@@ -42,8 +43,6 @@ def run_bench(texts: list[str], scale: str = "small", steps: int = 8, warmup: in
     from pretrain.model import build_model, count_params, matmul_peak_flops, train_flops_per_token
     from pretrain.tokenizer import encode_batch, special_ids, train_tokenizer
     from pretrain.train import make_optimizer, micro_step
-
-    import contextlib
 
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

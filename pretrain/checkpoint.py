@@ -14,6 +14,8 @@ code. A checkpoint ``RUN/checkpoints/step_000300/`` holds
 
 It is written under ``checkpoints/.tmp-step_.../`` and renamed into place, so a reader only ever
 sees complete checkpoints; a half-written tmp folder from a killed run is ignored and cleaned up.
+Every rank writes its own RNG file into the tmp folder, so on several nodes the run folder must be
+on storage that all of them see (as it must be anyway for a resume).
 No file is a pickle: optimiser state is gathered with `torch.distributed.checkpoint.state_dict`
 (full state dict, parameter names as keys), which works the same for plain, DDP and FSDP models.
 """

@@ -130,6 +130,14 @@ def make_optimizer(model, cfg: PretrainConfig):
                              fused=not cfg.fsdp)
 
 
+def _metrics_step(line: str) -> int | None:
+    """The step of a metrics row; None for a line cut short by a kill."""
+    try:
+        return int(json.loads(line)["step"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _fmt_duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -271,8 +279,8 @@ def run(args) -> int:
         metrics_path = run_dir / "metrics.jsonl"
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again
-            at = restored["state"]["step"]
-            kept = [r for r in metrics_path.read_text().splitlines() if r and json.loads(r)["step"] <= at]
+            kept = [r for r in metrics_path.read_text().splitlines()
+                    if _metrics_step(r) is not None and _metrics_step(r) <= restored["state"]["step"]]
         metrics_path.write_text("".join(r + "\n" for r in kept))
     ctx.barrier()
     if tokenizer is None:

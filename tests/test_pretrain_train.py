@@ -46,6 +46,20 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def last_logged_step(run: Path) -> int:
+    """Newest training step in a live run's metrics (a line being written is skipped)."""
+    steps = [0]
+    if (run / "metrics.jsonl").is_file():
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "loss" in row:
+                steps.append(row["step"])
+    return max(steps)
+
+
 def weights(path: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -83,10 +97,10 @@ def test_tiny_run_learns_and_leaves_an_hf_checkpoint(reference):
     assert f"checkpoint: {final}" in proc.stdout
     evals = [m for m in metrics(run) if "eval_loss" in m]
     assert [m["step"] for m in evals] == [0, 8, 16, 24]
-    assert evals[-1]["eval_loss"] < 0.5 * evals[0]["eval_loss"]  # it learnt the synthetic world
+    assert evals[-1]["eval_loss"] < 0.6 * evals[0]["eval_loss"]  # it learns (24 tiny steps: ~0.45x)
     assert f"final eval loss (test_id, all tokens): {evals[-1]['eval_loss']:.4f}" in proc.stdout
     losses = [m["loss"] for m in metrics(run) if "loss" in m]
-    assert len(losses) == STEPS and losses[-1] < 0.5 * losses[0]
+    assert len(losses) == STEPS and losses[-1] < 0.6 * losses[0]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["checkpoint"] == str(final) and summary["step"] == STEPS
     saved = json.loads((run / "train_config.json").read_text())
@@ -116,16 +130,18 @@ def test_sigkill_then_resume_is_bit_identical(corpus, reference, tmp_path):
     deadline = time.time() + 240
     try:  # kill between two checkpoints, so the resume must redo steps 9.. exactly
         while time.time() < deadline and proc.poll() is None:
-            if (run / "metrics.jsonl").is_file() and any(m.get("step", 0) >= 10 for m in metrics(run) if "loss" in m):
+            if last_logged_step(run) >= 10:
                 break
             time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    killed_at = max(m["step"] for m in metrics(run))
+    killed_at = last_logged_step(run)
     latest = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))[-1]
-    assert int(latest[5:]) < STEPS and int(latest[5:]) < killed_at + 8
+    assert int(latest[5:]) <= killed_at < STEPS  # killed mid-run, after at least one checkpoint
+    with open(run / "metrics.jsonl", "a") as f:  # as if the kill had landed inside a write
+        f.write('{"step": 2, "lo')
     resumed = train("--data", str(corpus), "--out", str(run), *ARGS, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming at step {int(latest[5:])}" in resumed.stdout
@@ -153,8 +169,9 @@ def test_two_gloo_processes_match_one_process(corpus, reference, tmp_path, mode)
     b = weights(run / "checkpoints" / final / "model.safetensors")
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
-    init_gap = max((a[k] - weights(ref_run / "checkpoints" / "step_000008" / "model.safetensors")[k]).abs().max().item() for k in a)
-    assert init_gap > 1e-2  # the tolerance is far below how much training moved the weights
+    earlier = weights(ref_run / "checkpoints" / "step_000008" / "model.safetensors")
+    moved = max((a[k] - earlier[k]).abs().max().item() for k in a)
+    assert moved > 1e-2  # the tolerance is far below how much steps 9..24 moved the weights
     ref_losses = [m["loss"] for m in metrics(ref_run) if "loss" in m]
     got_losses = [m["loss"] for m in metrics(run) if "loss" in m]
     assert len(got_losses) == STEPS and max(abs(x - y) for x, y in zip(ref_losses, got_losses)) < 1e-4
@@ -164,7 +181,7 @@ def test_diverging_run_stops_and_keeps_last_good_checkpoint(corpus, tmp_path):
     run = tmp_path / "run"
     proc = train("--data", str(corpus), "--out", str(run), "--scale", "tiny", "--steps", "20", "--block-size", "32",
                  "--micro-batch", "2", "--batch-size", "2", "--lr", "1e30", "--warmup-steps", "0",
-                 "--ckpt-every", "1", "--eval-every", "100", "--set", "grad_clip=1e38")
+                 "--ckpt-every", "1", "--eval-every", "100", "--set", "grad_clip=1e38", "--set", "eval_blocks=1")
     assert proc.returncode == 3, proc.stderr[-2000:]
     err = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and "non-finite" in err[0] and "Last good checkpoint" in err[0]
