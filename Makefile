@@ -56,7 +56,7 @@ pretrain: $(STAMP)
 	echo "== pre-training: $$run"; \
 	$(BIN)/python -m pretrain.train --data $$corpus --out $$run --scale $$scale $(if $(RESUME),--resume); \
 	echo "== evaluation (K=8, T=0.4, step limit 20)"; \
-	case $$scale in tiny) cell=4;; small) cell=32;; *) cell=0;; esac; \
+	case $$scale in tiny) cell=4;; small) cell=16;; *) cell=0;; esac; \
 	$(BIN)/python -m posttrain.evaluate --run $$run $$( [ $$cell -gt 0 ] && echo --max-tasks-per-cell $$cell )
 
 # Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".
