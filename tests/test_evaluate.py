@@ -12,18 +12,12 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from posttrain.evaluate import evaluate, main, score, select_rows
 from test_rollout import assets  # noqa: F401  (session fixture: corpus, tokenizer, model)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def outcome(task, success, split="ID", difficulty="short", domain="fa", pattern="T1"):

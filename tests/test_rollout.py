@@ -50,13 +50,7 @@ def assets(tmp_path_factory):
     return build_assets(str(tmp_path_factory.getbasetemp() / "rollout_assets"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny ops on a shared 2-core machine: one thread avoids OpenMP contention stalls."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def play(assets, n=None, script=None, seed=0, tasks=None, **cfg):

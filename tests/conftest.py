@@ -1,0 +1,13 @@
+"""Shared test fixtures."""
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny ops on a shared 2-core machine: one thread avoids OpenMP contention stalls.
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
