@@ -26,30 +26,12 @@ import time
 from pathlib import Path
 
 from posttrain.config import METHODS, PosttrainConfig, make_config
-from pretrain.config import UsageError, resolve_scale
-
-
-def _coerce(field: dataclasses.Field, text: str):
-    kind = field.type if isinstance(field.type, str) else field.type.__name__
-    try:
-        if kind == "bool":
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1")
-        return {"int": int, "float": float}.get(kind, str)(text)
-    except ValueError:
-        raise UsageError(f"--set {field.name}: cannot read {text!r} as {kind}") from None
+from pretrain.config import UsageError, parse_set, resolve_scale
 
 
 def parse_overrides(items: list[str]) -> dict:
-    fields = {f.name: f for f in dataclasses.fields(PosttrainConfig)}
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields:
-            raise UsageError(f"--set expects FIELD=VALUE with a PosttrainConfig field, got {item!r}")
-        out[key] = _coerce(fields[key], value)
-    return out
+    """``--set field=value`` for `PosttrainConfig`, with the pre-trainer's typed parser."""
+    return parse_set(items, PosttrainConfig)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -229,7 +211,7 @@ class Trainer:
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        t_update, total_loss, kl_sum, ent_sum = 0.0, 0.0, 0.0, 0.0
+        t_update, total_loss, ent_sum = 0.0, 0.0, 0.0
         per_token_kl = torch.zeros(mask.shape)
         for lo in range(0, n_eps, cfg.micro_batch):
             sl = slice(lo, lo + cfg.micro_batch)

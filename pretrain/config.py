@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
-SCALES = ("tiny", "small", "paper")
+from planning_gym.config import SCALES, cuda_present
 LOSS_ON = ("all", "agent")
 
 
@@ -146,9 +146,7 @@ def resolve_scale(scale: str | None, log: Callable[[str], None] | None = None) -
             raise UsageError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
         say(f"scale: {scale} (given)")
         return scale
-    import torch  # deferred: argument errors should not pay for importing torch
-
-    if torch.cuda.is_available():
+    if cuda_present():  # the gym's check: one rule for every stage
         say("scale: paper (no scale given and a CUDA device is present; pass --scale to override)")
         return "paper"
     say("scale: small (no scale given and no CUDA device; pass --scale to override)")
@@ -167,9 +165,10 @@ def make_config(scale: str, **overrides: Any) -> PretrainConfig:
     return PretrainConfig(**values).validate()
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
-    """Parse ``--set field=value`` strings into typed overrides (JSON values, else strings)."""
-    known = {f.name: f for f in fields(PretrainConfig)}
+def parse_set(items: list[str], config_cls: type = None) -> dict[str, Any]:
+    """Parse ``--set field=value`` strings into typed overrides (JSON values, else strings)
+    for the fields of ``config_cls`` (default `PretrainConfig`; post-training passes its own)."""
+    known = {f.name: f for f in fields(config_cls or PretrainConfig)}
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
