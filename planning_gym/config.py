@@ -130,6 +130,14 @@ class CorpusConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "CorpusConfig":
+        """Inverse of `to_dict` (a corpus's config.json; extra keys such as ``generator`` ignored)."""
+        def tuples(d: dict, names) -> dict:
+            return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
+        graph = GraphParams(**tuples(data["graph"], {f.name for f in dataclasses.fields(GraphParams)}))
+        return cls(**{**tuples(data, {f.name for f in dataclasses.fields(cls)}), "graph": graph})
+
 
 if __name__ == "__main__":   # `python -m planning_gym.config [SCALE]` prints the resolved scale
     import sys

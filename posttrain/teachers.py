@@ -41,14 +41,9 @@ def student_corpus_config(student_run: Path) -> CorpusConfig:
     """The corpus config the student was pre-trained on (read from its run folder)."""
     try:
         saved = json.loads((student_run / "train_config.json").read_text())
-        corpus = json.loads((Path(saved["data"]) / "config.json").read_text())
-    except (OSError, KeyError, ValueError) as e:
+        return CorpusConfig.from_dict(json.loads((Path(saved["data"]) / "config.json").read_text()))
+    except (OSError, KeyError, TypeError, ValueError) as e:
         raise TeacherError(f"cannot read the student's run/corpus config under {student_run}: {e}") from None
-    corpus.pop("generator", None)
-    graph = corpus.pop("graph")
-    from planning_gym.graph import GraphParams
-    g = GraphParams(**{k: tuple(v) if isinstance(v, list) else v for k, v in graph.items()})
-    return CorpusConfig(**{**{k: tuple(v) if isinstance(v, list) else v for k, v in corpus.items()}, "graph": g})
 
 
 def teacher_corpus(student: CorpusConfig, *, recipe: str | None = None, patterns: str | None = None,

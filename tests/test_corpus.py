@@ -52,6 +52,11 @@ def test_seed_changes_the_corpus(corpus, tmp_path):
     assert (out / "pretrain.jsonl").read_bytes() != (tmp_path / "s1" / "pretrain.jsonl").read_bytes()
 
 
+def test_config_json_round_trips(corpus):
+    cfg, out = corpus
+    assert CorpusConfig.from_dict(json.loads((out / "config.json").read_text())) == cfg
+
+
 def test_parquet_holds_the_same_rows(corpus):
     import datasets
     _, out = corpus
