@@ -18,7 +18,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd bench-gym bench-train bench-rollout clean
+.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all bench-gym bench-train bench-rollout clean
 .DEFAULT_GOAL := help
 
 help:
@@ -29,6 +29,9 @@ help:
 	@echo "make grpo|opd|turnopd|tcod RUN=... [TEACHER=...]   post-training (SET=\"steps=60 topk=100\")"
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
+	@echo "make curves RUNS=\"runs/a runs/b\"                  training-curve PNGs (reward, success, KL, depth, avg@8)"
+	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny]          one paper table/figure (no TABLE: list them)"
+	@echo "make reproduce-all [SCALE=tiny]                   every table, in dependency order, reusing artifacts"
 	@echo "make bench-gym | bench-train | bench-rollout       speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
@@ -74,6 +77,18 @@ teacher: $(STAMP)
 mopd: $(STAMP)
 	$(BIN)/python -m posttrain.mopd --student $(RUN) $(foreach t,$(TEACHERS),--teacher $(t)) \
 		--out $(or $(OUT),$(RUN)-mopd) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s))
+
+RUNS ?=
+curves: $(STAMP)
+	$(BIN)/python -m analysis.curves $(RUNS)
+
+# Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
+TABLE ?=
+reproduce: $(STAMP)
+	$(BIN)/python -m analysis.reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE))
+
+reproduce-all: $(STAMP)
+	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE))
 
 eval: $(STAMP)
 	$(BIN)/python -m posttrain.evaluate --run $(RUN)

@@ -27,7 +27,8 @@ from .measures import REGIONS, logs_frame
 
 __all__ = ["plot_subspace_curves", "plot_cosine_series", "plot_kl_distributions",
            "plot_token_probabilities", "plot_pattern_heatmap", "plot_checkpoint_dynamics",
-           "plot_region_maps", "plot_per_turn_kl", "plot_loss_budget", "plot_frontier"]
+           "plot_region_maps", "plot_per_turn_kl", "plot_loss_budget", "plot_frontier", "plot_grouped_bars",
+           "plot_lines"]
 
 REGION_COLORS = {"unnecessary": "#bdbdbd", "effective": "#74c476", "unsupported": "#fb6a4a"}
 TOKEN_ROW_COLORS = ("#17becf", "#1f4e9c", "#e6550d")  # student cyan, matched blue, crossed orange
@@ -292,6 +293,37 @@ def plot_frontier(logs, path, least_time: bool = True, wall_label: str = "wall-c
         ax.axvline(float(f.groupby("method")["wall"].max().min()), color="black", ls="--", lw=0.8,
                    label="least common time")
     ax.set(xlabel=wall_label, ylabel="eval accuracy", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path, dpi)
+
+
+# ----------------------------------------------------------------------------- generic (Figs. 3-6, 8, 12)
+def plot_grouped_bars(table: pd.DataFrame, path, ylabel: str = "avg@8 (%)", figsize=None, dpi: int = 100,
+                      title: str = "") -> Path:
+    """Grouped bars: one group per row of ``table`` (e.g. difficulty), one bar per column (e.g. model)."""
+    fig = _figure(figsize, (1.2 * len(table.index) * max(1, table.shape[1]) / 2 + 3, 4), dpi)
+    ax = fig.add_subplot()
+    x = np.arange(len(table.index))
+    w = 0.8 / max(1, table.shape[1])
+    for j, col in enumerate(table.columns):
+        bars = ax.bar(x + (j - (table.shape[1] - 1) / 2) * w, table[col].to_numpy(float), width=w, label=str(col))
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(x, [str(i) for i in table.index])
+    ax.set(ylabel=ylabel, title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path, dpi)
+
+
+def plot_lines(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], path, xlabel: str, ylabel: str,
+               figsize=None, dpi: int = 100, title: str = "") -> Path:
+    """One marked line per label from ``(x, y)`` pairs (training curves, scaling curves)."""
+    fig = _figure(figsize, (6, 4), dpi)
+    ax = fig.add_subplot()
+    for label, (x, y) in curves.items():
+        ax.plot(np.asarray(x, float), np.asarray(y, float), marker="o", ms=3, label=str(label))
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(fig, path, dpi)

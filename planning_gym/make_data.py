@@ -85,7 +85,7 @@ def config_from_args(args) -> CorpusConfig:
         n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test)
 
 
-def _same_corpus(out: Path, cfg: CorpusConfig) -> bool:
+def same_corpus(out: Path, cfg: CorpusConfig) -> bool:
     import json
     try:
         from .corpus import code_fingerprint
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         out = Path(args.data_dir) / (args.name or cfg.name)
-        if not args.force and _same_corpus(out, cfg):
+        if not args.force and same_corpus(out, cfg):
             print(f"{out} already holds this corpus (same config.json); reusing it (--force regenerates)")
             return 0
         workers = args.workers or (1 if cfg.scale == "tiny" else (os.cpu_count() or 1))

@@ -48,14 +48,18 @@ class PosttrainConfig:
     h_min: int = 1
     h_max: int = 20
     ema_alpha: float = 0.3
+    adaptive_depth: bool = True      # ablation switches: the depth controller ...
+    turn_blend: bool = True          # ... and the alpha-blended turn loss (both off = OPD at top-k 50)
     # tcod
     tcod_checkpoint_steps: int = 10
     # bookkeeping
     domains: str = ""                # comma list: only posttrain tasks of these domains ("" = all)
+    difficulties: str = ""           # comma list of short, mid, long: only tasks of these bins ("" = all)
     eval_every: int = 0              # 0: evaluate only at the end
     eval_tasks_per_cell: int = 4
     eval_k: int = 8
     ckpt_every: int = 0              # 0: only the final checkpoint
+    keep_checkpoints: int = 2        # 0: keep every checkpoint (update-direction analyses need them)
     seed: int = 0
 
     def validate(self) -> "PosttrainConfig":
@@ -71,6 +75,11 @@ class PosttrainConfig:
             raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
         if self.topk < 0 or self.lr <= 0:
             raise UsageError("topk must be >= 0 and lr > 0")
+        bins = {d for d in self.difficulties.split(",") if d}
+        if bins - {"short", "mid", "long"}:
+            raise UsageError(f"difficulties must be a comma list of short, mid, long, not {self.difficulties!r}")
+        if self.keep_checkpoints < 0:
+            raise UsageError("keep_checkpoints must be >= 0 (0 keeps all)")
         if not 1 <= self.h_min <= self.h_max:
             raise UsageError("need 1 <= h_min <= h_max")
         return self

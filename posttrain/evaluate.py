@@ -95,7 +95,8 @@ def select_rows(rows: list[dict], max_per_cell: int | None) -> list[dict]:
 
 
 def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
-    """(model, tokenizer, corpus folder or None) of a pretrain run folder or a checkpoint folder."""
+    """(model, tokenizer, corpus folder or None) of a run folder (its final checkpoint), of one of its
+    checkpoints (``RUN/checkpoints/step_N`` passed as ``run_dir``), or of a bare checkpoint folder."""
     from pretrain.checkpoint import latest_checkpoint, load_model
     from pretrain.tokenizer import load_tokenizer
 
@@ -104,15 +105,17 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
         run_dir = Path(run_dir)
         if not run_dir.is_dir():
             raise UsageError(f"run folder {run_dir} does not exist")
+        if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
+            model_dir, run_dir = run_dir, run_dir.parent.parent
         try:
             data = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
         except FileNotFoundError:
             data = None
         except (ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
-        ckpt = None
+        ckpt = Path(model_dir) if model_dir is not None else None
         try:
-            ckpt = Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"])
+            ckpt = ckpt or Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
         if ckpt is None or not ckpt.is_dir():

@@ -109,9 +109,12 @@ class Trainer:
             self.reference.eval().requires_grad_(False)
         worlds = load_worlds(self.data)
         domains = {d for d in cfg.domains.split(",") if d}
-        rows = [r for r in load_rows(self.data, "posttrain") if not domains or r["domain"] in domains]
+        bins = {d for d in cfg.difficulties.split(",") if d}
+        rows = [r for r in load_rows(self.data, "posttrain")
+                if (not domains or r["domain"] in domains) and (not bins or r["difficulty"] in bins)]
         if not rows:
-            raise UsageError(f"no posttrain tasks for domains {sorted(domains)} in {self.data}")
+            raise UsageError(f"no posttrain tasks for domains {sorted(domains) or 'all'} and difficulties "
+                             f"{sorted(bins) or 'all'} in {self.data}")
         self.tasks = [task_for_row(worlds, r) for r in rows]
         self.solvers: dict = {}
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -147,7 +150,8 @@ class Trainer:
                                scheduler=self.scheduler, tokenizer=self.tokenizer,
                                trainer_state={"controller": self.controller.state_dict(),
                                               "train_wall": self.train_wall, "method": self.cfg.method})
-        prune_checkpoints(self.out, 2)
+        if self.cfg.keep_checkpoints:
+            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         return ckpt
 
     def log(self, record: dict) -> None:
@@ -158,7 +162,7 @@ class Trainer:
     def depth_cap(self) -> tuple[int | None, bool]:
         """(turn cap for this step's rollouts, whether they are TurnOPD probes)."""
         from posttrain.turnopd import tcod_window
-        if self.cfg.method == "turnopd":
+        if self.cfg.method == "turnopd" and self.cfg.adaptive_depth:
             probe = self.controller.should_probe(self.step)
             return (None if probe else self.controller.cap), probe
         if self.cfg.method == "tcod":
@@ -240,7 +244,7 @@ class Trainer:
                 else:
                     kl_tok = losses.reverse_kl_full(logits, teacher_logits, m)
                 per_token_kl[sl] = kl_tok.detach()
-                if cfg.method == "turnopd":
+                if cfg.method == "turnopd" and cfg.turn_blend:
                     weights = losses.turn_weights(turn[sl], m, alpha)
                     loss = losses.weighted_episode_mean(kl_tok, weights, n_eps)
                 else:

@@ -98,6 +98,42 @@ def test_turnopd_probes_then_caps_depth_and_tcod_widens_its_window(student, teac
     assert all(m["depth"] <= m["cap"] for m in steps)
 
 
+def test_turnopd_ablation_switches_turn_off_the_controller_and_the_blend(student, teacher_b):
+    root, run = student
+    out = root / "turnopd_ablated"
+    assert posttrain_main(["--method", "turnopd", "--student", str(run), "--teacher", str(teacher_b),
+                           "--out", str(out), "--scale", "tiny",
+                           *sets(*FAST, "steps=3", "probe_warmup=1", "probe_interval=2", "adaptive_depth=false",
+                                 "turn_blend=false", "topk=100")]) == 0
+    ablated = [m for m in metrics(out) if not m.get("eval")]
+    assert all(m["cap"] is None and not m["probe"] for m in ablated)   # never probes, never caps
+    # with both switches off TurnOPD is OPD: the same loss, step for step
+    opd = root / "opd_same"
+    assert posttrain_main(["--method", "opd", "--student", str(run), "--teacher", str(teacher_b),
+                           "--out", str(opd), "--scale", "tiny", *sets(*FAST, "steps=3", "topk=100")]) == 0
+    assert [m["loss"] for m in ablated] == pytest.approx([m["loss"] for m in metrics(opd) if not m.get("eval")])
+
+
+def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student, teacher_b):
+    root, run = student
+    ckpt = sorted((run / "checkpoints").glob("step_*"))[0]
+    out = root / "long_only"
+    assert posttrain_main(["--method", "opd", "--student", str(ckpt), "--teacher", str(teacher_b),
+                           "--out", str(out), "--scale", "tiny",
+                           *sets(*FAST, "steps=3", "difficulties=long", "ckpt_every=1", "keep_checkpoints=0")]) == 0
+    assert len(list((out / "checkpoints").glob("step_*"))) == 3        # every step kept
+    from posttrain.train import Trainer
+    from posttrain.config import make_config
+    trainer = Trainer(make_config("opd", "tiny", difficulties="long"), ckpt, teacher_b, root / "x", None, False)
+    goals = {t.goal for _, t in trainer.tasks}
+    data = Path(json.loads((run / "train_config.json").read_text())["data"])
+    rows = [json.loads(l) for l in (data / "posttrain.jsonl").read_text().splitlines()]
+    assert goals == {r["goal"] for r in rows if r["difficulty"] == "long"}
+    assert goals != {r["goal"] for r in rows}
+    assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
+                           "--set", "difficulties=longest"]) == 2
+
+
 def test_grpo_logs_rewards_and_process_rewards(student):
     root, run = student
     out = root / "grpo"

@@ -1,0 +1,229 @@
+"""The artifact store of the reproductions: corpora, pre-trained families, post-trained runs and
+evaluations, each built once and reused by every table that needs it.
+
+Why a store: the paper's tables share most of their runs (the 4 Opt fa model is Fig. 3's world-model
+arm, Fig. 6's baseline, Fig. 7's teacher and Table 4's matched teacher), so `make reproduce-all`
+must build each artifact once, in dependency order, and a second `make reproduce TABLE=...` must
+cost only its missing pieces.  Every artifact lives at a path derived from what it *is*:
+
+    data/<corpus name>                                  corpora (`planning_gym.make_data` names)
+    runs/reproduce/<scale>/pretrain/<corpus name>       pre-trained models, one family per domain set
+    runs/reproduce/<scale>/pretrain/<corpus name>@<family domains>   a model of another family's tokenizer
+    runs/reproduce/<scale>/posttrain/<name>             post-trained runs (and MOPD cascades)
+    runs/reproduce/<scale>/eval/<slug>/summary.json     evaluations (avg@8 / pass@8 tables, samples)
+    runs/reproduce/<scale>/<table id>/                  each reproduction's table, figures, config
+
+A *family* is every pre-trained model over one domain set.  Its base (the scale's default corpus:
+world-model format, 4 Opt, S/M/L 100/100/100, recipe A) trains the family's tokenizer; every other
+member copies it, so any two members can be teacher and student of an on-policy distillation.
+A model may join a family whose domain set is not its corpus's (``family=``): MOPD's one-domain
+teachers share the tokenizer of the three-domain student.
+An artifact counts as built when its ``summary.json`` exists; a half-written one is resumed or
+rebuilt, never read.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planning_gym.config import CorpusConfig
+
+# Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
+# (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
+BUDGETS: dict[str, dict] = {
+    "tiny": dict(eval_tasks_per_cell=4, student_step=200,
+                 posttrain=dict(steps=6, tasks_per_step=2, group_size=4, lr=1e-4, eval_every=3)),
+    "small": dict(eval_tasks_per_cell=8, student_step=400,
+                  posttrain=dict(steps=16, tasks_per_step=4, group_size=4, lr=1e-4, eval_every=8)),
+    "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
+}
+EVAL_K = 8
+
+
+class ReproductionError(RuntimeError):
+    """A stage of a reproduction failed (the message names the stage and the folder)."""
+
+
+def _slug(path: Path, home: Path) -> str:
+    try:
+        rel = Path(path).resolve().relative_to(home.resolve())
+    except ValueError:
+        rel = Path(path)
+    return str(rel).strip("/").replace("/", "__")
+
+
+@dataclass
+class Store:
+    scale: str
+    root: Path = Path("runs/reproduce")
+    data_dir: Path = Path("data")
+    log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def __post_init__(self):
+        if self.scale not in BUDGETS:
+            raise ReproductionError(f"unknown scale {self.scale!r} (choose one of {', '.join(BUDGETS)})")
+        self.root, self.data_dir = Path(self.root), Path(self.data_dir)
+
+    @property
+    def home(self) -> Path:
+        return self.root / self.scale
+
+    @property
+    def budget(self) -> dict:
+        return BUDGETS[self.scale]
+
+    def out(self, table_id: str) -> Path:
+        path = self.home / table_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # ----- corpora ---------------------------------------------------------------------------------
+    def corpus_config(self, **changes) -> CorpusConfig:
+        return CorpusConfig.from_scale(self.scale, **changes)
+
+    def corpus(self, **changes) -> Path:
+        """The corpus with these `CorpusConfig` changes (``domains=("fa",)`` by default)."""
+        from planning_gym.corpus import write_corpus
+        from planning_gym.make_data import same_corpus
+        cfg = self.corpus_config(**changes)
+        out = self.data_dir / cfg.name
+        if not same_corpus(out, cfg):
+            self.log(f"[reproduce] corpus {out}")
+            write_corpus(cfg, out, workers=1 if self.scale == "tiny" else 2, progress=False)
+        return out
+
+    # ----- pre-training ----------------------------------------------------------------------------
+    def pretrained(self, family: tuple[str, ...] | None = None, **changes) -> Path:
+        """The family member pre-trained on ``corpus(**changes)``; the family base comes first.
+
+        ``family`` is the domain set whose base provides the tokenizer (default: the corpus's own
+        domains); a model of another family's tokenizer lives at ``<corpus name>@<family>``."""
+        from pretrain.train import main as pretrain_main
+        cfg = self.corpus_config(**changes)
+        family = tuple(family or cfg.domains)
+        base = self.corpus_config(domains=family)
+        run = self.home / "pretrain" / (cfg.name if family == cfg.domains else f"{cfg.name}@{'+'.join(family)}")
+        if (run / "summary.json").is_file():
+            return run
+        data = self.corpus(**changes)
+        if cfg.name != base.name:
+            base_run = self.pretrained(domains=family)
+            if not (run / "tokenizer" / "tokenizer.json").is_file():
+                shutil.rmtree(run / "tokenizer", ignore_errors=True)
+                run.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(base_run / "tokenizer", run / "tokenizer")
+        resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
+        self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
+        argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100"]
+        if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
+            raise ReproductionError(f"pre-training {run} failed")
+        return run
+
+    def checkpoint(self, run: Path, step: int | None = None) -> Path:
+        """``run``'s checkpoint at ``step`` (default: the scale's early ``student_step``)."""
+        step = self.budget["student_step"] if step is None else step
+        ckpt = Path(run) / "checkpoints" / f"step_{step:06d}"
+        if not (ckpt / "trainer_state.json").is_file():
+            raise ReproductionError(f"{run} has no checkpoint at step {step}")
+        return ckpt
+
+    # ----- post-training ---------------------------------------------------------------------------
+    def posttrain_config(self, method: str, **overrides):
+        from posttrain.config import make_config
+        values = {**self.budget["posttrain"], "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6,
+                  "eval_k": EVAL_K, **overrides}
+        return make_config(method, self.scale, **values)
+
+    def posttrained(self, name: str, method: str, student: Path, teacher: Path | None = None, **overrides) -> Path:
+        """A post-training run ``posttrain/<name>`` (reused when finished, resumed when cut off)."""
+        from pretrain.checkpoint import latest_checkpoint
+
+        from posttrain.train import Trainer
+        run = self.home / "posttrain" / name
+        if (run / "summary.json").is_file():
+            return run
+        cfg = self.posttrain_config(method, **overrides)
+        resume = latest_checkpoint(run) is not None
+        self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
+        Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
+        return run
+
+    def mopd(self, name: str, student: Path, teachers: list[tuple[str, Path]], **overrides) -> Path:
+        """A cascaded MOPD run ``posttrain/<name>`` with one OPD stage per (domain, teacher)."""
+        from posttrain.mopd import run as mopd_run
+        run = self.home / "posttrain" / name
+        if (run / "mopd.json").is_file():
+            return run
+        shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
+        values = {**self.budget["posttrain"], "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6,
+                  "eval_k": EVAL_K, "eval_every": 0, **overrides}
+        argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
+        argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
+        argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+        self.log(f"[reproduce] mopd {run}")
+        mopd_run(argv)
+        return run
+
+    # ----- evaluation ------------------------------------------------------------------------------
+    def evaluation(self, model: Path, corpus: Path | None = None) -> dict:
+        """avg@8 / pass@8 of a run (its final checkpoint) or of a checkpoint folder, on ``corpus``'s
+        test splits (default: the corpus the model was trained on). Cached under ``eval/``."""
+        from posttrain.evaluate import evaluate, load_model_and_tokenizer
+        model = Path(model)
+        reused = corpus is None and self._final_eval(model)
+        if reused:
+            return reused
+        out = self._eval_dir(model, corpus)
+        if (out / "summary.json").is_file():
+            return json.loads((out / "summary.json").read_text())
+        net, tok, data = load_model_and_tokenizer(run_dir=model)
+        corpus = Path(corpus or data)
+        self.log(f"[reproduce] evaluate {model} on {corpus.name}")
+        tasks = self.budget["eval_tasks_per_cell"] or None
+        return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, out_dir=out, progress=False)
+
+    def samples(self, model: Path, corpus: Path | None = None) -> list[dict]:
+        """The per-sample outcomes (with pattern labels and texts) behind `evaluation`."""
+        summary = self.evaluation(model, corpus)
+        out = Path(summary["_dir"]) if "_dir" in summary else self._eval_dir(Path(model), corpus)
+        return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
+
+    def _eval_dir(self, model: Path, corpus: Path | None) -> Path:
+        # a run and its final checkpoint are one model: key the cache by the checkpoint
+        try:
+            model = Path(json.loads((model / "summary.json").read_text())["checkpoint"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
+
+    def _final_eval(self, run: Path) -> dict | None:
+        """A post-training run's own final evaluation, when it used this store's protocol."""
+        try:
+            cfg = json.loads((run / "train_config.json").read_text())["config"]
+            step = json.loads((run / "summary.json").read_text())["final_eval"]["step"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        folder = run / "eval" / f"step_{step:06d}"
+        wanted = self.budget["eval_tasks_per_cell"] or 10**6
+        if cfg.get("eval_k") != EVAL_K or cfg.get("eval_tasks_per_cell") != wanted or cfg.get("seed") != 0 \
+                or not (folder / "summary.json").is_file():
+            return None
+        return {**json.loads((folder / "summary.json").read_text()), "_dir": str(folder)}
+
+    def describe(self) -> dict:
+        return {"scale": self.scale, "root": str(self.root), "data_dir": str(self.data_dir), "eval_k": EVAL_K,
+                **{k: v for k, v in self.budget.items()}}
+
+
+def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:
+    """One number of an evaluation summary (percent): ``domain=None`` averages over domains by task."""
+    rows = [r for r in summary["table"] if r["split"] == split and r["difficulty"] == difficulty
+            and (domain is None or r["domain"] == domain)]
+    if not rows:
+        return float("nan")
+    n = sum(r["tasks"] for r in rows)
+    return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
+

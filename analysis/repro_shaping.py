@@ -1,0 +1,233 @@
+"""Post-training reproductions (paper §5): what GRPO and OPD can shape, and what they cannot.
+
+* Fig. 7 / Table 3 — Delta avg@8 of GRPO and OPD per (pre-training quality x RL task horizon), with
+  each cell labelled unnecessary / effective / unsupported; Fig. 8's training curves.
+* Figs. 9-10 — do updates point the same way through training? Top-5 SVD subspace similarity of
+  intermediate vs final updates, and the cosine of consecutive step updates, GRPO vs OPD.
+* Table 4 / Figs. 11-15 — distilling a teacher that knows other recipes (B) into a recipe-A
+  student, against the matched teacher (A): scores, training curves, token-KL distributions by
+  correctness and token-probability strips of one rollout.
+
+Teachers are the fa family's base model (4 Opt, recipe A) and its recipe-B twin.  The paper's
+teachers are "ideal" (100 % on their tasks); ours are the best models the scale trains, which the
+tables print beside the paper's 100.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.artifacts import Store, cell
+from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_maps, plot_subspace_curves,
+                              plot_token_probabilities, plot_cosine_series)
+from analysis.measures import kl_group_summary, region_labels, token_kl_frame
+from analysis.paper_numbers import fmt, paper
+from analysis.report import Report
+
+DIFFS = ("short", "mid", "long")
+QUALITIES = ("4opt", "4opt4sub", "4opt8sub")
+
+
+def metrics(run: Path) -> list[dict]:
+    """A post-training run's metrics.jsonl records."""
+    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def _curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    rows = [r for r in records if not r.get("eval") and r.get(key) is not None]
+    return [r["step"] for r in rows], [r[key] for r in rows]
+
+
+# ----------------------------------------------------------------------------- Fig. 7 / Table 3
+def region_map(store: Store) -> Report:
+    report = Report("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)")
+    teacher = store.pretrained()
+    long_rows, rows, curves = [], [], {}
+    for q in QUALITIES:
+        student = store.pretrained(patterns=q)
+        before = store.evaluation(student)
+        for d in DIFFS:
+            base_avg, base_pass = cell(before, "ID", d), cell(before, "ID", d, "pass@8")
+            entry = {"quality": q, "horizon": d, "baseline": base_avg}
+            for method in ("grpo", "opd"):
+                run = store.posttrained(f"fig7-{method}-{q}-{d}", method, student,
+                                        teacher if method == "opd" else None, difficulties=d, eval_every=0)
+                report.runs.append(run)
+                after = store.evaluation(run)
+                entry[f"{method} avg"] = cell(after, "ID", d) - base_avg
+                entry[f"{method} pass"] = cell(after, "ID", d, "pass@8") - base_pass
+                for key in ("success", "entropy"):
+                    curves.setdefault(key, {})[f"{method} {q} {d}"] = _curve(metrics(run), key)
+            long_rows.append(entry)
+            name = f"{q}/{d}"
+            rows.append([name, base_avg, entry["grpo avg"], entry["opd avg"],
+                         fmt(paper("fig7", name, "grpo avg@8"), signed=True),
+                         fmt(paper("fig7", name, "opd avg@8"), signed=True),
+                         base_pass, entry["grpo pass"], entry["opd pass"],
+                         fmt(paper("fig7", name, "grpo pass@8"), signed=True),
+                         fmt(paper("fig7", name, "opd pass@8"), signed=True)])
+            report.results[name] = entry
+    report.add("ID avg@8 / pass@8 (%) before post-training and its change after GRPO / OPD, trained on tasks of one horizon",
+               ["quality/horizon", "avg@8 before", "GRPO Δavg", "OPD Δavg", "paper GRPO Δavg", "paper OPD Δavg",
+                "pass@8 before", "GRPO Δpass", "OPD Δpass", "paper GRPO Δpass", "paper OPD Δpass"], rows)
+    table = pd.DataFrame(long_rows)
+    maps, deltas = {}, {}
+    for method in ("grpo", "opd"):
+        maps[method.upper()] = region_labels(table, delta=f"{method} avg")
+        deltas[method.upper()] = table.pivot(index="quality", columns="horizon", values=f"{method} avg").reindex(
+            index=list(QUALITIES), columns=list(DIFFS))
+    counts = {m: lab.stack().value_counts().to_dict() for m, lab in maps.items()}
+    report.add("Cells per region (unnecessary: avg@8 already >= 90 before; effective: Δavg@8 >= +2; else unsupported)",
+               ["method", "unnecessary", "effective", "unsupported"],
+               [[m, c.get("unnecessary", 0), c.get("effective", 0), c.get("unsupported", 0)] for m, c in counts.items()])
+    report.results["regions"] = {m: lab.to_dict() for m, lab in maps.items()}
+    out = store.out("fig7")
+    report.figures.append(plot_region_maps(maps, out / "fig7_regions.png", deltas=deltas, unit=" pt"))
+    for key, c in curves.items():
+        report.figures.append(plot_lines(c, out / f"fig8_{key}.png", "step", key, title=f"Training {key} (Fig. 8)"))
+    low_long = report.results.get("4opt8sub/long", {})
+    if low_long:
+        report.notes.append(f"4 Opt:8 Sub x long: GRPO {low_long['grpo avg']:+.1f}, OPD {low_long['opd avg']:+.1f} "
+                            "avg@8 points (paper −1.58 vs +18.59): "
+                            + ("OPD helps more here, as in the paper." if low_long["opd avg"] > low_long["grpo avg"]
+                               else "OPD does not help more here, unlike the paper."))
+    report.notes.append("OPD's teacher is the 4 Opt model itself, so the 4 Opt row's OPD is self-distillation "
+                        "and its change is near zero by construction.")
+    return report
+
+
+# ----------------------------------------------------------------------------- Figs. 9-10
+def update_directions(store: Store) -> Report:
+    from analysis.params import consecutive_cosines, load_state_dict, subspace_trajectory
+    report = Report("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)")
+    student, teacher = store.pretrained(patterns="4opt4sub"), store.pretrained()
+    w0 = load_state_dict(_final_checkpoint(student))
+    curves, cosines, rows = {}, {}, []
+    for method in ("grpo", "opd"):
+        run = store.posttrained(f"fig9-{method}-4opt4sub-long", method, student,
+                                teacher if method == "opd" else None, difficulties="long", eval_every=0,
+                                ckpt_every=1, keep_checkpoints=0)
+        report.runs.append(run)
+        steps = sorted(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*"))
+        states = {s: load_state_dict(run / "checkpoints" / f"step_{s:06d}") for s in steps}
+        final = states.pop(steps[-1])
+        traj = subspace_trajectory(w0, states, final, k=5)
+        curves[method.upper()] = traj
+        cosines[method.upper()] = consecutive_cosines([w0, *states.values(), final])
+        mid = traj.iloc[len(traj) // 2] if len(traj) else None
+        rows.append([method.upper(), len(steps), None if mid is None else int(mid["step"]),
+                     None if mid is None else float(mid["mean"]),
+                     float(pd.Series(cosines[method.upper()]).mean())])
+        report.results[method] = {"subspace": traj.to_dict("records"), "consecutive_cosines": cosines[method.upper()]}
+    report.add("Top-5 subspace similarity of an intermediate update to the final one (mean over weight matrices), "
+               "and mean cosine of consecutive step updates; 4 Opt:4 Sub student, long tasks",
+               ["method", "steps", "middle step", "subspace similarity", "mean consecutive cosine"], rows)
+    out = store.out("fig9-10")
+    report.figures.append(plot_subspace_curves(curves, out / "fig10_subspace.png", k=5))
+    report.figures.append(plot_cosine_series(cosines, out / "fig9_step_cosines.png"))
+    g, o = rows[0][4], rows[1][4]
+    report.notes.append(f"mean consecutive-update cosine GRPO {g:.3f} vs OPD {o:.3f}; the paper reports OPD's "
+                        "directions as the more consistent (it gives figures, not numbers)"
+                        + (" — ours agrees." if o > g else " — ours does not."))
+    return report
+
+
+def _final_checkpoint(run: Path) -> Path:
+    return Path(json.loads((Path(run) / "summary.json").read_text())["checkpoint"])
+
+
+# ----------------------------------------------------------------------------- Table 4 / Figs. 11-15
+def knowledge_mismatch(store: Store) -> Report:
+    report = Report("Table 4 / Figs. 11-15: matched vs crossed-recipe teacher")
+    teacher_a, teacher_b = store.pretrained(), store.pretrained(recipe="B")
+    student = store.checkpoint(teacher_a)
+    corpus_a = json.loads((teacher_a / "train_config.json").read_text())["data"]
+    runs = {"matched (A)": store.posttrained("table4-opd-matched", "opd", student, teacher_a, eval_every=0),
+            "crossed (B)": store.posttrained("table4-opd-crossed", "opd", student, teacher_b, eval_every=0)}
+    report.runs += [teacher_a, teacher_b, *runs.values()]
+    models = {"student A (before)": store.evaluation(student),
+              "after OPD, teacher A": store.evaluation(runs["matched (A)"]),
+              "after OPD, teacher B": store.evaluation(runs["crossed (B)"]),
+              "teacher A": store.evaluation(teacher_a),
+              "teacher B (own recipe B)": store.evaluation(teacher_b),
+              "teacher B on recipe-A tasks": store.evaluation(teacher_b, corpus=Path(corpus_a))}
+    rows = []
+    for name, s in models.items():
+        key = {"teacher A": "teacher A", "teacher B (own recipe B)": "teacher B"}.get(name, "")
+        rows.append([name, cell(s, "ID", "all"), cell(s, "OOD", "all"), cell(s, "ID", "long"),
+                     fmt(paper("table4", key, "ID avg@8")) if key else "–"])
+        report.results[name] = {"ID": cell(s, "ID", "all"), "OOD": cell(s, "OOD", "all")}
+    report.add("avg@8 (%) of the recipe-A student before and after OPD from each teacher, and of the teachers",
+               ["model", "ID all", "OOD all", "ID long", "paper ID"], rows)
+    matched, crossed = report.results["after OPD, teacher A"], report.results["after OPD, teacher B"]
+    change = {split: 100.0 * (crossed[split] - matched[split]) / matched[split] if matched[split] else float("nan")
+              for split in ("ID", "OOD")}
+    report.results["crossed vs matched %"] = change
+    report.add("Crossed vs matched teacher: relative change of the student's avg@8 after OPD",
+               ["split", "ours %", "paper %"],
+               [["ID", change["ID"], fmt(paper("table4", "crossed vs matched", "ID change %"))],
+                ["OOD", change["OOD"], "– (paper: mildly affected)"]])
+    out = store.out("table4")
+    for key in ("kl", "success"):
+        report.figures.append(plot_lines({n: _curve(metrics(r), key) for n, r in runs.items()},
+                                         out / f"fig12_{key}.png", "step", key, title=f"OPD training {key} (Fig. 12)"))
+    frame, strips = _token_views(student, {"teacher A (matched)": teacher_a, "teacher B (crossed)": teacher_b},
+                                 runs["matched (A)"], corpus_a)
+    summary = kl_group_summary(frame, by=("teacher", "traj_success", "step_ok"))
+    report.add("Token-level reverse KL (top-100) on the student's rollouts, by teacher and correctness (Fig. 13)",
+               ["teacher", "trajectory ok", "step ok", "tokens", "mean KL", "median KL"],
+               [[*k, int(r["count"]), r["mean"], r["q50"]] for k, r in summary.iterrows()])
+    report.results["token_kl"] = [{"group": list(k), **r.to_dict()} for k, r in summary.iterrows()]
+    report.figures.append(plot_kl_distributions(frame, out / "fig13_token_kl.png", panel="teacher"))
+    for fig, (label, (tokens, probs)) in zip(("fig14", "fig15"), strips.items()):
+        report.figures.append(plot_token_probabilities(tokens, probs, out / f"{fig}_token_probs.png",
+                                                       title=f"Token probabilities on a {label} rollout"))
+    report.notes.append(f"crossed-teacher ID change vs matched: {change['ID']:+.1f}% (paper −12.9%); OOD "
+                        f"{change['OOD']:+.1f}%. The student starts from the A model's step-{store.budget['student_step']} "
+                        "checkpoint, the matched teacher is that model's final checkpoint.")
+    return report
+
+
+def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str, n_tasks: int = 4):
+    """Per-token KL frame (student rollouts scored by each teacher) and two probability strips:
+    the first rollout of the early student and of the late (post-OPD) student."""
+    import torch
+
+    from posttrain import losses
+    from posttrain.backend import HFPolicy
+    from posttrain.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
+    from posttrain.rollout import RolloutConfig, rollout
+    from pretrain.tokenizer import special_ids
+
+    worlds = load_worlds(Path(corpus))
+    rows = [r for r in load_rows(Path(corpus), "posttrain") if r["difficulty"] != "short"][:n_tasks]
+    tasks = [task_for_row(worlds, r) for r in rows for _ in range(2)]
+    tmodels = {name: load_model_and_tokenizer(run_dir=t)[0].eval() for name, t in teachers.items()}
+    frames, strips = [], {}
+    for label, path in (("early student", student), ("post-OPD student", late_student)):
+        model, tok, _ = load_model_and_tokenizer(run_dir=path)
+        model.eval()
+        pad = special_ids(tok).pad
+        with torch.no_grad():
+            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=0)
+            b = ro.batch(pad)
+            ids, attn = b["input_ids"], b["attention_mask"]
+            mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+            probs = {f"student ({label})": torch.softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]}
+            step_ok = torch.zeros(len(ro.episodes), max(1, max(e.n_turns for e in ro.episodes)), dtype=torch.bool)
+            for i, e in enumerate(ro.episodes):
+                step_ok[i, :len(e.valid)] = torch.tensor(e.valid, dtype=torch.bool)
+            for name, tm in tmodels.items():
+                t_logits = tm(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+                probs[name] = torch.softmax(t_logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+                if label == "early student":
+                    kl = losses.reverse_kl_topk(logits, mask, 100, teacher_logits=t_logits)
+                    frames.append(token_kl_frame(kl, mask, turn, [e.success for e in ro.episodes], step_ok)
+                                  .assign(teacher=name))
+        first = mask[0].nonzero().flatten()[:72]
+        tokens = [tok.decode([int(ids[0, j + 1])]) for j in first]
+        strips[label] = (tokens, {k: v[0, first].tolist() for k, v in probs.items()})
+    return pd.concat(frames, ignore_index=True), strips

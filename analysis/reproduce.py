@@ -1,0 +1,125 @@
+"""One command per table or figure of the two papers: ``python -m analysis.reproduce TABLE``.
+
+    python -m analysis.reproduce fig3-4 --scale tiny      # one table (builds what it needs)
+    python -m analysis.reproduce all --scale tiny         # every table, in dependency order
+    python -m analysis.reproduce --list
+
+Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
+paper's, SPEC §8), ``results.json``, ``config.json`` and PNG figures.  The models, post-training
+runs and evaluations behind the tables are shared artifacts (`analysis.artifacts`), so `all` builds
+each once and a rerun only evaluates what is missing.  Budgets per scale are in
+`analysis.artifacts.BUDGETS`; tiny is a smoke test of the whole pipeline, not a result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from analysis import repro_merge, repro_pretrain, repro_shaping, repro_turnopd
+from analysis.artifacts import ReproductionError, Store
+from analysis.report import Report
+
+# id -> (what it reproduces, function); the order is the dependency order of `all`.
+REPRODUCTIONS = {
+    "fig3-4": ("Figs. 3-4: world-model CoT vs direct actions", repro_pretrain.world_model_vs_direct),
+    "table1": ("Table 1 / Fig. 5: horizon mixtures of the pre-training data", repro_pretrain.horizon_mixtures),
+    "fig6": ("Fig. 6: optimal vs suboptimal pre-training trajectories", repro_pretrain.data_quality),
+    "fig7": ("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)", repro_shaping.region_map),
+    "fig9-10": ("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)", repro_shaping.update_directions),
+    "table4": ("Table 4 / Figs. 11-15: matched vs crossed-recipe teacher", repro_shaping.knowledge_mismatch),
+    "mopd": ("Tables 6-7 / Figs. 17-21: cascaded multi-teacher OPD in three regimes", repro_merge.mopd_regimes),
+    "fig22": ("Fig. 22: parameter dynamics of MOPD", repro_merge.parameter_dynamics),
+    "turnopd": ("TurnOPD main table: OPD vs TCOD-F2B vs TurnOPD at equal steps and equal time",
+                repro_turnopd.main_table),
+    "turnopd-ablation": ("TurnOPD ablation: adaptive depth and turn-blended loss", repro_turnopd.ablation),
+}
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def write(report: Report, store: Store, table_id: str, seconds: float) -> Path:
+    """``table.md``, ``results.json`` and ``config.json`` into the table's folder."""
+    out = store.out(table_id)
+    head = [f"# {report.title}", "",
+            f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
+            f"{store.budget['eval_tasks_per_cell'] or 'all'} tasks per (split, difficulty) cell. "
+            f"Built in {seconds / 60:.1f} min (including artifacts it had to build). "
+            "`paper` columns are the papers' numbers where they give them (SPEC §8); `–` where they do not.", ""]
+    body = [s + "\n" for s in report.sections]
+    if report.notes:
+        body.append("**Notes**\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
+    if report.figures:
+        body.append("**Figures**: " + ", ".join(f"[{Path(f).name}]({Path(f).name})" for f in report.figures) + "\n")
+    (out / "table.md").write_text("\n".join(head + body))
+    (out / "results.json").write_text(json.dumps(report.results, indent=1, default=str))
+    (out / "config.json").write_text(json.dumps(
+        {"table": table_id, "title": report.title, "store": store.describe(), "commit": git_commit(),
+         "seconds": round(seconds, 1), "runs": [str(r) for r in report.runs]}, indent=1, default=str))
+    return out
+
+
+def reproduce(table_id: str, store: Store) -> Path:
+    title, fn = REPRODUCTIONS[table_id]
+    t0 = time.time()
+    report = fn(store)
+    report.title = report.title or title
+    out = write(report, store, table_id, time.time() - t0)
+    store.log(f"[reproduce] {table_id}: {out / 'table.md'} ({(time.time() - t0) / 60:.1f} min)")
+    return out
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ReproductionError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
+    p.add_argument("table", nargs="?", help=f"one of {', '.join(REPRODUCTIONS)}, or all")
+    p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
+    p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
+    p.add_argument("--data-dir", default="data")
+    p.add_argument("--list", action="store_true", help="list the reproductions and exit")
+    try:
+        args = p.parse_args(argv)
+        if args.list or not args.table:
+            for key, (title, _) in REPRODUCTIONS.items():
+                print(f"{key:18s} {title}")
+            return 0
+        if args.table != "all" and args.table not in REPRODUCTIONS:
+            raise ReproductionError(f"unknown table {args.table!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
+        from planning_gym.config import resolve_scale
+        scale = resolve_scale(args.scale, announce=lambda m: print(m, file=sys.stderr))
+        store = Store(scale, Path(args.root), Path(args.data_dir))
+        todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
+        t0 = time.time()
+        for table_id in todo:
+            reproduce(table_id, store)
+        if len(todo) > 1:
+            print(f"reproduced {len(todo)} tables at scale {scale} in {(time.time() - t0) / 60:.1f} min "
+                  f"under {store.home}")
+    except ReproductionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a user mistake deeper down (bad corpus, corrupt checkpoint) has its own type
+        from planning_gym.config import ConfigError
+        from pretrain.config import UsageError
+        if isinstance(e, (UsageError, ConfigError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
