@@ -25,12 +25,13 @@ class Report:
 
 
 def md_table(header: list[str], rows: list[list]) -> str:
-    """A GitHub Markdown table; floats get one decimal, None and NaN an en dash."""
+    """A GitHub Markdown table: floats get one decimal (three significant digits below 1, e.g. a
+    KL), None and NaN an en dash."""
     def cell(v) -> str:
         if v is None or (isinstance(v, float) and v != v):
             return "–"
         if isinstance(v, float):
-            return f"{v:.1f}"
+            return f"{v:.3g}" if 0 < abs(v) < 1 else f"{v:.1f}"
         return str(v)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

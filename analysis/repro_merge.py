@@ -155,7 +155,8 @@ def parameter_dynamics(store: Store) -> Report:
     del states
     teachers = tuple(lab for lab in labels if lab.startswith("Teacher"))
     rows = distance_rows(labels, dist, teachers=teachers)
-    report.add("L2 distances in parameter space (shared_compatible regime)", ["pair", "ours", "paper"], rows)
+    report.add("L2 distances in parameter space (shared_compatible regime)", ["pair", "ours", "paper"],
+               [[pair_, f"{v:.3g}", ref] for pair_, v, ref in rows])
     report.add("PCA coordinates of the checkpoints",
                ["checkpoint", "PC1", "PC2"], [[lab, float(x), float(y)] for lab, (x, y) in zip(labels, coords)])
     report.results = {"labels": labels, "distances": dist.tolist(), "pca": coords.tolist(),

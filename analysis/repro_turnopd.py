@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.artifacts import EVAL_K, Store
+from analysis.artifacts import EVAL_K, Store, cell
 from analysis.figures import plot_frontier, plot_loss_budget, plot_per_turn_kl
 from analysis.measures import (compare_loss_budgets, least_time_table, logs_frame, per_turn_kl, same_step_table,
                                speedup_table)
@@ -53,8 +53,14 @@ def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_
     return pd.DataFrame(rows, columns=["method", "step", "wall", "acc", "depth", "cap"])
 
 
-def frame(runs: dict[str, Path], split: str = "ID") -> pd.DataFrame:
-    return logs_frame(pd.concat([log_rows(metrics(r), m, split) for m, r in runs.items()], ignore_index=True))
+def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None) -> pd.DataFrame:
+    """Logs of all runs; ``start`` (the shared student's evaluation summary) becomes every run's
+    step-0 point, so the runs need not each re-evaluate the same model (``eval_at_start=False``)."""
+    parts = [log_rows(metrics(r), m, split) for m, r in runs.items()]
+    if start is not None:
+        acc = cell(start, split, "all")
+        parts += [pd.DataFrame([{"method": m, "step": 0, "wall": 0.0, "acc": acc}]) for m in runs]
+    return logs_frame(pd.concat(parts, ignore_index=True))
 
 
 def pair(store: Store) -> tuple[Path, Path]:
@@ -68,11 +74,12 @@ def tcod_overrides(store: Store) -> dict:
     return {"tcod_checkpoint_steps": max(1, store.posttrain_config("tcod").steps // 8)}
 
 
-def main_runs(store: Store) -> dict[str, Path]:
+def main_runs(store: Store, labels: tuple[str, ...] = tuple(METHODS)) -> dict[str, Path]:
     student, teacher = pair(store)
     extra = {"opd": {}, "tcod": tcod_overrides(store), "turnopd": {}}
-    return {label: store.posttrained(f"turnopd-main-{m}", m, student, teacher, topk=TOPK, **extra[m])
-            for label, m in METHODS.items()}
+    return {label: store.posttrained(f"turnopd-main-{m}", m, student, teacher, topk=TOPK, eval_at_start=False,
+                                     **extra[m])
+            for label, m in METHODS.items() if label in labels}
 
 
 def main_table(store: Store) -> Report:
@@ -80,20 +87,20 @@ def main_table(store: Store) -> Report:
     student, teacher = pair(store)
     runs = main_runs(store)
     report.runs += [student, teacher, *runs.values()]
-    logs = frame(runs)
+    logs = frame(runs, start=store.evaluation(student))
     out = store.out("turnopd")
 
     same = same_step_table(logs)
     report.add(f"Same step: ID avg@8 (%) at step {int(same['step'].iloc[0])} (the last step every method evaluated)",
                ["method", "eval step", "ID avg@8", "train wall (s)", "paper Multi-Hop same-step"],
-               [[m, r["eval_step"], r["acc"], r["wall"], fmt(paper("turnopd", "Multi-Hop same-step", METHODS[m]))]
+               [[m, _int(r["eval_step"]), r["acc"], r["wall"], fmt(paper("turnopd", "Multi-Hop same-step", METHODS[m]))]
                 for m, r in same.iterrows()])
     least = least_time_table(logs)
     report.add(f"Least time: ID avg@8 (%) within {least['wall_budget'].iloc[0]:.1f} s of training (the least "
                "common wall time), with the steps each method completed by then",
                ["method", "steps completed", "eval step", "ID avg@8", "paper ALFWorld-1.7B least-time",
                 "paper Multi-Hop least-time"],
-               [[m, int(r["steps_completed"]), r["eval_step"], r["acc"],
+               [[m, int(r["steps_completed"]), _int(r["eval_step"]), r["acc"],
                  fmt(paper("turnopd", "ALFWorld-1.7B least-time", METHODS[m])),
                  fmt(paper("turnopd", "Multi-Hop least-time", METHODS[m]))] for m, r in least.iterrows()])
     speed = speedup_table(logs, reference="OPD")
@@ -115,11 +122,15 @@ def main_table(store: Store) -> Report:
     report.figures.append(plot_per_turn_kl(curves, out / "per_turn_kl.png",
                                            title="Per-turn reverse KL to the teacher (top-50)"))
     report.figures.append(plot_loss_budget(budget, out / "loss_budget.png"))
-    report.add("Loss-budget share by turn depth on the student's rollouts: token-proportional (alpha=0), "
+    report.add("Loss-budget share (%) by turn depth on the student's rollouts: token-proportional (alpha=0), "
                "half blend, turn-normalised (alpha=1)",
-               ["depth", *budget.columns], [[int(d), *r.tolist()] for d, r in budget.iterrows()])
+               ["depth", *budget.columns], [[int(d), *(100 * r).tolist()] for d, r in budget.iterrows()])
     report.notes += _main_notes(same, least, speed)
     return report
+
+
+def _int(v) -> int | None:
+    return None if v is None or v != v else int(v)
 
 
 def _x(v: float) -> str:
@@ -136,7 +147,8 @@ def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame) ->
     p_gap = paper("turnopd", "ALFWorld-1.7B least-time", "turnopd") - paper("turnopd", "ALFWorld-1.7B least-time", "opd")
     steps = least["steps_completed"]
     notes.append(f"least time: TurnOPD {l_gap:+.1f} points vs OPD (paper ALFWorld-1.7B {p_gap:+.2f}); "
-                 + ("agrees in sign" if (l_gap > 0) == (p_gap > 0) and l_gap != 0 else "does not agree in sign")
+                 + ("no difference" if l_gap == 0 else "agrees in sign" if (l_gap > 0) == (p_gap > 0)
+                    else "opposite sign")
                  + f"; TurnOPD completed {int(steps['TurnOPD'])} steps in that time, OPD {int(steps['OPD'])}.")
     sp = speed.loc["TurnOPD", "speedup"]
     notes.append(f"TurnOPD reaches OPD's final accuracy "
@@ -188,12 +200,18 @@ def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, grou
 def ablation(store: Store) -> Report:
     report = Report("TurnOPD ablation: adaptive depth and turn-blended loss")
     student, teacher = pair(store)
-    runs = {arm: store.posttrained("turnopd-main-turnopd" if not flags else f"turnopd-ablation-{_slug(arm)}",
-                                   "turnopd", student, teacher, topk=TOPK, **flags)
-            for arm, flags in ARMS.items()}
+    main = main_runs(store, ("OPD", "TurnOPD"))   # "both" is the main table's TurnOPD run; "vanilla" is its OPD run, which
+    runs = {}                 # TurnOPD with both switches off equals step for step (tests/test_posttrain.py)
+    for arm, flags in ARMS.items():
+        if arm == "both (TurnOPD)" or arm == "vanilla OPD":
+            runs[arm] = main["TurnOPD" if arm.startswith("both") else "OPD"]
+        else:
+            runs[arm] = store.posttrained(f"turnopd-ablation-{_slug(arm)}", "turnopd", student, teacher, topk=TOPK,
+                                          eval_at_start=False, **flags)
     report.runs += [student, teacher, *runs.values()]
-    logs = frame(runs)
-    ood = frame(runs, split="OOD")
+    start = store.evaluation(student)
+    logs = frame(runs, start=start)
+    ood = frame(runs, split="OOD", start=start)
     rows = []
     for arm in ARMS:
         g, o = logs[logs.method == arm], ood[ood.method == arm]

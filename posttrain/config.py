@@ -56,6 +56,7 @@ class PosttrainConfig:
     domains: str = ""                # comma list: only posttrain tasks of these domains ("" = all)
     difficulties: str = ""           # comma list of short, mid, long: only tasks of these bins ("" = all)
     eval_every: int = 0              # 0: evaluate only at the end
+    eval_at_start: bool = True       # with eval_every: also evaluate the student before step 1
     eval_tasks_per_cell: int = 4
     eval_k: int = 8
     ckpt_every: int = 0              # 0: only the final checkpoint

@@ -294,7 +294,7 @@ class Trainer:
             {"kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
              "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None},
             indent=1))
-        if self.step == 0 and cfg.eval_every:
+        if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())
         bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr)
         while self.step < cfg.steps:

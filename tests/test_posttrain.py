@@ -125,11 +125,10 @@ def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student
     from posttrain.train import Trainer
     from posttrain.config import make_config
     trainer = Trainer(make_config("opd", "tiny", difficulties="long"), ckpt, teacher_b, root / "x", None, False)
-    goals = {t.goal for _, t in trainer.tasks}
     data = Path(json.loads((run / "train_config.json").read_text())["data"])
     rows = [json.loads(l) for l in (data / "posttrain.jsonl").read_text().splitlines()]
-    assert goals == {r["goal"] for r in rows if r["difficulty"] == "long"}
-    assert goals != {r["goal"] for r in rows}
+    long_rows = [r for r in rows if r["difficulty"] == "long"]
+    assert 0 < len(trainer.tasks) == len(long_rows) < len(rows)
     assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
                            "--set", "difficulties=longest"]) == 2
 

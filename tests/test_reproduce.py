@@ -84,8 +84,9 @@ def test_a_posttrain_runs_own_final_evaluation_is_reused_only_under_the_same_pro
 
 
 def test_markdown_tables_and_reports():
-    text = md_table(["a", "b"], [["x", 1.25], ["y", float("nan")], ["z", None]])
-    assert text.splitlines() == ["| a | b |", "|---|---|", "| x | 1.2 |", "| y | – |", "| z | – |"]
+    text = md_table(["a", "b"], [["x", 12.25], ["y", float("nan")], ["z", None], ["w", 0.04567], ["v", 0.0]])
+    assert text.splitlines() == ["| a | b |", "|---|---|", "| x | 12.2 |", "| y | – |", "| z | – |", "| w | 0.0457 |",
+                                 "| v | 0.0 |"]
     r = Report("t")
     r.add("cap", ["a"], [[1]])
     assert r.sections[0].startswith("**cap**") and "| 1 |" in r.sections[0]

@@ -99,3 +99,18 @@ def test_ablation_notes_and_slugs():
     assert repro_turnopd._slug("both (TurnOPD)") == "both"
     assert repro_turnopd._slug("adaptive depth only") == "adaptive-depth-only"
     assert set(repro_turnopd.ARMS["vanilla OPD"]) == {"adaptive_depth", "turn_blend"}
+
+
+def test_main_notes_compare_signs_with_the_paper():
+    import pandas as pd
+    idx = pd.Index(["OPD", "TCOD-F2B", "TurnOPD"], name="method")
+    same = pd.DataFrame({"acc": [40.0, 35.0, 41.0]}, index=idx)
+    least = pd.DataFrame({"acc": [30.0, 20.0, 35.0], "steps_completed": [3, 8, 5]}, index=idx)
+    speed = pd.DataFrame({"speedup": [1.0, float("nan"), 1.5]}, index=idx)
+    notes = repro_turnopd._main_notes(same, least, speed)
+    assert "+1.0 points" in notes[0] and "agrees in sign" in notes[1] and "5 steps" in notes[1]
+    assert "1.50x as fast" in notes[2]
+    least.loc["TurnOPD", "acc"] = 25.0
+    speed.loc["TurnOPD", "speedup"] = float("nan")
+    notes = repro_turnopd._main_notes(same, least, speed)
+    assert "opposite sign" in notes[1] and "never within its run" in notes[2]
