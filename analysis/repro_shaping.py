@@ -101,9 +101,10 @@ def region_map(store: Store) -> Report:
 # ----------------------------------------------------------------------------- Figs. 9-10
 def update_directions(store: Store) -> Report:
     from analysis.params import consecutive_cosines, load_state_dict, subspace_trajectory
+    from analysis.repro_merge import final_checkpoint
     report = Report("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)")
     student, teacher = store.pretrained(patterns="4opt4sub"), store.pretrained()
-    w0 = load_state_dict(_final_checkpoint(student))
+    w0 = load_state_dict(final_checkpoint(student))
     curves, cosines, rows = {}, {}, []
     for method in ("grpo", "opd"):
         run = store.posttrained(f"fig9-{method}-4opt4sub-long", method, student,
@@ -132,10 +133,6 @@ def update_directions(store: Store) -> Report:
                         "directions as the more consistent (it gives figures, not numbers)"
                         + (" — ours agrees." if o > g else " — ours does not."))
     return report
-
-
-def _final_checkpoint(run: Path) -> Path:
-    return Path(json.loads((Path(run) / "summary.json").read_text())["checkpoint"])
 
 
 # ----------------------------------------------------------------------------- Table 4 / Figs. 11-15

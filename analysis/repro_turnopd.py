@@ -16,7 +16,6 @@ as a scale of the claimed effect, not as the same quantity.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +26,7 @@ from analysis.measures import (compare_loss_budgets, least_time_table, logs_fram
                                speedup_table)
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
+from analysis.repro_shaping import metrics
 
 METHODS = {"OPD": "opd", "TCOD-F2B": "tcod", "TurnOPD": "turnopd"}
 ARMS = {"vanilla OPD": dict(adaptive_depth=False, turn_blend=False),
@@ -34,10 +34,6 @@ ARMS = {"vanilla OPD": dict(adaptive_depth=False, turn_blend=False),
         "linear blend only": dict(adaptive_depth=False),
         "both (TurnOPD)": dict()}
 TOPK = 50
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_K) -> pd.DataFrame:
