@@ -131,10 +131,14 @@ class Store:
         return ckpt
 
     # ----- post-training ---------------------------------------------------------------------------
+    def _posttrain_budget(self) -> dict:
+        """The scale's post-training settings, evaluating in runs with this store's protocol."""
+        return {**self.budget["posttrain"], "eval_k": EVAL_K,
+                "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6}   # 0 in BUDGETS: every task
+
     def posttrain_config(self, method: str, **overrides):
         from posttrain.config import make_config
-        values = {**self.budget["posttrain"], "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6,
-                  "eval_k": EVAL_K, **overrides}
+        values = {**self._posttrain_budget(), **overrides}
         return make_config(method, self.scale, **values)
 
     def posttrained(self, name: str, method: str, student: Path, teacher: Path | None = None, **overrides) -> Path:
@@ -158,8 +162,7 @@ class Store:
         if (run / "mopd.json").is_file():
             return run
         shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
-        values = {**self.budget["posttrain"], "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6,
-                  "eval_k": EVAL_K, "eval_every": 0, **overrides}
+        values = {**self._posttrain_budget(), "eval_every": 0, **overrides}
         argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
         argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
         argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
@@ -207,8 +210,9 @@ class Store:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         folder = run / "eval" / f"step_{step:06d}"
-        wanted = self.budget["eval_tasks_per_cell"] or 10**6
-        if cfg.get("eval_k") != EVAL_K or cfg.get("eval_tasks_per_cell") != wanted or cfg.get("seed") != 0 \
+        wanted = self._posttrain_budget()
+        if cfg.get("eval_k") != wanted["eval_k"] or cfg.get("eval_tasks_per_cell") != wanted["eval_tasks_per_cell"] \
+                or cfg.get("seed") != 0 \
                 or not (folder / "summary.json").is_file():
             return None
         return {**json.loads((folder / "summary.json").read_text()), "_dir": str(folder)}

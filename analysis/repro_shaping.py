@@ -44,7 +44,7 @@ def _curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 def region_map(store: Store) -> Report:
     report = Report("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)")
     teacher = store.pretrained()
-    long_rows, rows, curves = [], [], {}
+    cells, rows, curves = [], [], {}
     for q in QUALITIES:
         student = store.pretrained(patterns=q)
         before = store.evaluation(student)
@@ -60,7 +60,7 @@ def region_map(store: Store) -> Report:
                 entry[f"{method} pass"] = cell(after, "ID", d, "pass@8") - base_pass
                 for key in ("success", "entropy"):
                     curves.setdefault(key, {})[f"{method} {q} {d}"] = _curve(metrics(run), key)
-            long_rows.append(entry)
+            cells.append(entry)
             name = f"{q}/{d}"
             rows.append([name, base_avg, entry["grpo avg"], entry["opd avg"],
                          fmt(paper("fig7", name, "grpo avg@8"), signed=True),
@@ -72,7 +72,7 @@ def region_map(store: Store) -> Report:
     report.add("ID avg@8 / pass@8 (%) before post-training and its change after GRPO / OPD, trained on tasks of one horizon",
                ["quality/horizon", "avg@8 before", "GRPO Δavg", "OPD Δavg", "paper GRPO Δavg", "paper OPD Δavg",
                 "pass@8 before", "GRPO Δpass", "OPD Δpass", "paper GRPO Δpass", "paper OPD Δpass"], rows)
-    table = pd.DataFrame(long_rows)
+    table = pd.DataFrame(cells)
     maps, deltas = {}, {}
     for method in ("grpo", "opd"):
         maps[method.upper()] = region_labels(table, delta=f"{method} avg")
