@@ -101,8 +101,10 @@ def main_table(store: Store) -> Report:
                  fmt(paper("turnopd", "Multi-Hop least-time", METHODS[m]))] for m, r in least.iterrows()])
     speed = speedup_table(logs, reference="OPD")
     report.add(f"Wall-clock to reach OPD's final ID avg@8 ({speed['target'].iloc[0]:.1f} %) and speedup over OPD",
-               ["method", "time to target (s)", "speedup", "total train wall (s)", "mean rollout depth", "paper"],
+               ["method", "time to target (s)", "speedup", "total train wall (s)", "wall per step (s)",
+                "mean rollout depth", "paper"],
                [[m, r["time_to_target"], _x(r["speedup"]), float(logs[logs.method == m]["wall"].max()),
+                 float(logs[logs.method == m]["wall"].max()) / max(1, int(logs[logs.method == m]["step"].max())),
                  float(logs[logs.method == m]["depth"].mean()),
                  f"up to {paper('turnopd', 'speedup', 'max')}x" if m == "TurnOPD" else "–"]
                 for m, r in speed.iterrows()])
@@ -121,7 +123,7 @@ def main_table(store: Store) -> Report:
     report.add("Loss-budget share (%) by turn depth on the student's rollouts: token-proportional (alpha=0), "
                "half blend, turn-normalised (alpha=1)",
                ["depth", *budget.columns], [[int(d), *(100 * r).tolist()] for d, r in budget.iterrows()])
-    report.notes += _main_notes(same, least, speed)
+    report.notes += _main_notes(same, least, speed, start=cell(store.evaluation(student), "ID", "all"))
     return report
 
 
@@ -133,7 +135,8 @@ def _x(v: float) -> str:
     return "–" if v != v else f"{v:.2f}x"
 
 
-def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame) -> list[str]:
+def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame,
+                start: float | None = None) -> list[str]:
     notes = []
     s_gap = same.loc["TurnOPD", "acc"] - same.loc["OPD", "acc"]
     notes.append(f"same step: TurnOPD {s_gap:+.1f} points vs OPD (paper Multi-Hop "
@@ -146,10 +149,15 @@ def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame) ->
                  + ("no difference" if l_gap == 0 else "agrees in sign" if (l_gap > 0) == (p_gap > 0)
                     else "opposite sign")
                  + f"; TurnOPD completed {int(steps['TurnOPD'])} steps in that time, OPD {int(steps['OPD'])}.")
-    sp = speed.loc["TurnOPD", "speedup"]
-    notes.append(f"TurnOPD reaches OPD's final accuracy "
-                 + (f"{sp:.2f}x as fast (paper: up to {paper('turnopd', 'speedup', 'max')}x)."
-                    if sp == sp else "never within its run (paper: up to 2.29x faster)."))
+    sp, target = speed.loc["TurnOPD", "speedup"], speed["target"].iloc[0]
+    if start is not None and target <= start:
+        notes.append(f"OPD ended at {target:.1f} % ID avg@8, not above the student's {start:.1f} %: the time to reach "
+                     "OPD's final accuracy is zero for every method and says nothing; compare the training "
+                     "wall-clock per step instead.")
+    else:
+        notes.append("TurnOPD reaches OPD's final accuracy "
+                     + (f"{sp:.2f}x as fast (paper: up to {paper('turnopd', 'speedup', 'max')}x)."
+                        if sp == sp else "never within its run (paper: up to 2.29x faster)."))
     return notes
 
 

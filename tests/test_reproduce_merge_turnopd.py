@@ -106,11 +106,14 @@ def test_main_notes_compare_signs_with_the_paper():
     idx = pd.Index(["OPD", "TCOD-F2B", "TurnOPD"], name="method")
     same = pd.DataFrame({"acc": [40.0, 35.0, 41.0]}, index=idx)
     least = pd.DataFrame({"acc": [30.0, 20.0, 35.0], "steps_completed": [3, 8, 5]}, index=idx)
-    speed = pd.DataFrame({"speedup": [1.0, float("nan"), 1.5]}, index=idx)
-    notes = repro_turnopd._main_notes(same, least, speed)
+    speed = pd.DataFrame({"target": 40.0, "speedup": [1.0, float("nan"), 1.5]}, index=idx)
+    notes = repro_turnopd._main_notes(same, least, speed, start=20.0)
     assert "+1.0 points" in notes[0] and "agrees in sign" in notes[1] and "5 steps" in notes[1]
     assert "1.50x as fast" in notes[2]
     least.loc["TurnOPD", "acc"] = 25.0
     speed.loc["TurnOPD", "speedup"] = float("nan")
     notes = repro_turnopd._main_notes(same, least, speed)
     assert "opposite sign" in notes[1] and "never within its run" in notes[2]
+    # OPD ended no better than the student: time-to-OPD's-accuracy is zero for all, and says so
+    notes = repro_turnopd._main_notes(same, least, speed, start=45.0)
+    assert "not above the student's 45.0 %" in notes[2] and "never" not in notes[2]
