@@ -30,7 +30,7 @@ help:
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
 	@echo "make curves RUNS=\"runs/a runs/b\"                  training-curve PNGs (reward, success, KL, depth, avg@8)"
-	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny]          one paper table/figure (no TABLE: list them)"
+	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny]                   every table, in dependency order, reusing artifacts"
 	@echo "make bench-gym | bench-train | bench-rollout       speed checks against same-run baselines"
 
@@ -85,10 +85,10 @@ curves: $(STAMP)
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=
 reproduce: $(STAMP)
-	$(BIN)/python -m analysis.reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE))
+	$(BIN)/python -m analysis.reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
 
 reproduce-all: $(STAMP)
-	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE))
+	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
 
 eval: $(STAMP)
 	$(BIN)/python -m posttrain.evaluate --run $(RUN)

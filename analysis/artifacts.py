@@ -63,6 +63,8 @@ class Store:
     root: Path = Path("runs/reproduce")
     data_dir: Path = Path("data")
     log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
+    seed: int = 0      # trains and samples every model of this store; the corpora are shared
+
 
     def __post_init__(self):
         if self.scale not in BUDGETS:
@@ -71,7 +73,8 @@ class Store:
 
     @property
     def home(self) -> Path:
-        return self.root / self.scale
+        """``<root>/<scale>`` for seed 0, ``<root>/<scale>-seed<s>`` for another seed."""
+        return self.root / (self.scale if self.seed == 0 else f"{self.scale}-seed{self.seed}")
 
     @property
     def budget(self) -> dict:
@@ -119,7 +122,8 @@ class Store:
                 shutil.copytree(base_run / "tokenizer", run / "tokenizer")
         resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
         self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
-        argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100"]
+        argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
+                "--set", f"seed={self.seed}"]
         if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
             raise ReproductionError(f"pre-training {run} failed")
         return run
@@ -135,7 +139,7 @@ class Store:
     # ----- post-training ---------------------------------------------------------------------------
     def _posttrain_budget(self) -> dict:
         """The scale's post-training settings, evaluating in runs with this store's protocol."""
-        return {**self.budget["posttrain"], "eval_k": EVAL_K,
+        return {**self.budget["posttrain"], "eval_k": EVAL_K, "seed": self.seed,
                 "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6}   # 0 in BUDGETS: every task
 
     def posttrain_config(self, method: str, **overrides):
@@ -188,7 +192,8 @@ class Store:
         corpus = Path(corpus or data)
         self.log(f"[reproduce] evaluate {model} on {corpus.name}")
         tasks = self.budget["eval_tasks_per_cell"] or None
-        return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, out_dir=out, progress=False)
+        return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
+                        progress=False)
 
     def samples(self, model: Path, corpus: Path | None = None) -> list[dict]:
         """The per-sample outcomes (with pattern labels and texts) behind `evaluation`."""
@@ -214,13 +219,14 @@ class Store:
         folder = run / "eval" / f"step_{step:06d}"
         wanted = self._posttrain_budget()
         if cfg.get("eval_k") != wanted["eval_k"] or cfg.get("eval_tasks_per_cell") != wanted["eval_tasks_per_cell"] \
-                or cfg.get("seed") != 0 \
+                or cfg.get("seed") != self.seed \
                 or not (folder / "summary.json").is_file():
             return None
         return {**json.loads((folder / "summary.json").read_text()), "_dir": str(folder)}
 
     def describe(self) -> dict:
-        return {"scale": self.scale, "root": str(self.root), "data_dir": str(self.data_dir), "eval_k": EVAL_K,
+        return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
+                "eval_k": EVAL_K,
                 **{k: v for k, v in self.budget.items()}}
 
 

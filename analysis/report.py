@@ -4,35 +4,116 @@ A reproduction (`analysis.repro_*`) builds its artifacts through the `analysis.a
 measures, plots, and returns a `Report`; `analysis.reproduce` writes it into the table's folder
 as ``table.md`` (ours beside the paper's), ``results.json`` (every number, machine-readable),
 ``config.json`` (the exact settings and the runs used) and the PNG figures.
+
+With several seeds, `merge_seeds` folds one report per seed into one whose numbers read
+``mean ± std`` (sample std over the seeds); cells that agree across seeds (the paper's numbers,
+labels) are kept as they are.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass
+class Table:
+    caption: str
+    header: list[str]
+    rows: list[list]
+
+    def markdown(self) -> str:
+        return f"**{self.caption}**\n\n{md_table(self.header, self.rows)}"
+
+
+@dataclass
 class Report:
     title: str
-    sections: list[str] = field(default_factory=list)     # Markdown blocks (tables with captions)
+    tables: list[Table] = field(default_factory=list)
     results: dict = field(default_factory=dict)           # every number, JSON-serialisable
     figures: list[Path] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)        # artifacts this table was computed from
     notes: list[str] = field(default_factory=list)        # what agrees with the paper, what does not
 
     def add(self, caption: str, header: list[str], rows: list[list]) -> None:
-        self.sections.append(f"**{caption}**\n\n{md_table(header, rows)}")
+        self.tables.append(Table(caption, list(header), [list(r) for r in rows]))
+
+    @property
+    def sections(self) -> list[str]:
+        """The tables as Markdown blocks, captions first."""
+        return [t.markdown() for t in self.tables]
 
 
 def md_table(header: list[str], rows: list[list]) -> str:
     """A GitHub Markdown table: floats get one decimal (three significant digits below 1, e.g. a
     KL), None and NaN an en dash."""
-    def cell(v) -> str:
-        if v is None or (isinstance(v, float) and v != v):
-            return "–"
-        if isinstance(v, float):
-            return f"{v:.3g}" if 0 < abs(v) < 1 else f"{v:.1f}"
-        return str(v)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell_text(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def cell_text(v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}" if 0 < abs(v) < 1 else f"{v:.1f}"
+    return str(v)
+
+
+# ----- several seeds ----------------------------------------------------------------------------------
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def merge_cell(values: list):
+    """One table cell over seeds: equal values stay; numbers become ``"mean ± std"`` (with ``n=``
+    when some seeds have none); anything else is listed per seed, ``a / b / c``."""
+    if all(v == values[0] or (v != v and values[0] != values[0]) for v in values):   # NaN == NaN here
+        return values[0]
+    nums = [float(v) for v in values if _is_number(v) and not math.isnan(v)]
+    if nums and all(v is None or _is_number(v) for v in values):
+        from analysis.measures import seed_stat
+        s = seed_stat(nums)
+        return cell_text(s.mean) + (f" ± {cell_text(s.std)}" if s.n > 1 else "") + \
+            (f" (n={s.n})" if s.n < len(values) else "")
+    return " / ".join(cell_text(v) for v in values)
+
+
+def merge_results(values: list):
+    """``results.json`` over seeds: numbers become ``{"mean", "std", "n", "per_seed"}``."""
+    first = values[0]
+    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
+        return {k: merge_results([v[k] for v in values]) for k in first}
+    if isinstance(first, list) and all(isinstance(v, list) and len(v) == len(first) for v in values):
+        return [merge_results(list(col)) for col in zip(*values)]
+    if all(_is_number(v) for v in values) and len(set(map(float, values))) > 1:
+        from analysis.measures import seed_stat
+        finite = [float(v) for v in values if not math.isnan(v)]
+        s = seed_stat(finite) if finite else None
+        return {"mean": s.mean if s else float("nan"), "std": s.std if s else float("nan"),
+                "n": len(finite), "per_seed": list(values)}
+    return first if all(v == first for v in values) else {"per_seed": list(values)}
+
+
+def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
+    """One report from one per seed (same tables, same rows): every number as mean ± std."""
+    first = reports[0]
+    merged = Report(f"{first.title} ({len(seeds)} seeds: {', '.join(map(str, seeds))})")
+    for i, table in enumerate(first.tables):
+        same_shape = all(len(r.tables) == len(first.tables) and len(r.tables[i].rows) == len(table.rows)
+                         and r.tables[i].header == table.header for r in reports)
+        if not same_shape:   # rows depend on the seed's data: show each seed's table
+            for seed, r in zip(seeds, reports):
+                if i < len(r.tables):
+                    t = r.tables[i]
+                    merged.tables.append(Table(f"{t.caption} (seed {seed})", t.header, t.rows))
+            continue
+        rows = [[merge_cell([r.tables[i].rows[j][c] for r in reports]) for c in range(len(table.header))]
+                for j in range(len(table.rows))]
+        merged.tables.append(Table(f"{table.caption} (mean ± std over {len(seeds)} seeds)", table.header, rows))
+    merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}
+    common = [n for n in first.notes if all(n in r.notes for r in reports)]
+    merged.notes = common + [f"seed {seed}: {n}" for seed, r in zip(seeds, reports) for n in r.notes if n not in common]
+    merged.figures = list(first.figures)
+    merged.runs = [run for r in reports for run in r.runs]
+    return merged

@@ -175,7 +175,7 @@ def knowledge_mismatch(store: Store) -> Report:
         report.figures.append(plot_lines({n: _curve(metrics(r), key) for n, r in runs.items()},
                                          out / f"fig12_{key}.png", "step", key, title=f"OPD training {key} (Fig. 12)"))
     frame, strips = _token_views(student, {"teacher A (matched)": teacher_a, "teacher B (crossed)": teacher_b},
-                                 runs["matched (A)"], corpus_a)
+                                 runs["matched (A)"], corpus_a, seed=store.seed)
     summary = kl_group_summary(frame, by=("teacher", "traj_success", "step_ok"))
     report.add("Token-level reverse KL (top-100) on the student's rollouts, by teacher and correctness (Fig. 13)",
                ["teacher", "trajectory ok", "step ok", "tokens", "mean KL", "median KL"],
@@ -191,7 +191,8 @@ def knowledge_mismatch(store: Store) -> Report:
     return report
 
 
-def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str, n_tasks: int = 4):
+def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str, n_tasks: int = 4,
+                 seed: int = 0):
     """Per-token KL frame (student rollouts scored by each teacher) and two probability strips:
     the first rollout of the early student and of the late (post-OPD) student."""
     import torch
@@ -212,7 +213,7 @@ def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str,
         model.eval()
         pad = special_ids(tok).pad
         with torch.no_grad():
-            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=0)
+            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=seed)
             b = ro.batch(pad)
             ids, attn = b["input_ids"], b["attention_mask"]
             mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]

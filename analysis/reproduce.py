@@ -2,6 +2,7 @@
 
     python -m analysis.reproduce fig3-4 --scale tiny      # one table (builds what it needs)
     python -m analysis.reproduce all --scale tiny         # every table, in dependency order
+    python -m analysis.reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± std
     python -m analysis.reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
@@ -9,6 +10,10 @@ paper's, SPEC §8), ``results.json``, ``config.json`` and PNG figures.  The mode
 runs and evaluations behind the tables are shared artifacts (`analysis.artifacts`), so `all` builds
 each once and a rerun only evaluates what is missing.  Budgets per scale are in
 `analysis.artifacts.BUDGETS`; tiny is a smoke test of the whole pipeline, not a result.
+
+With ``--seeds N`` every model is trained and sampled N times (seed s lives under
+``<root>/<scale>-seed<s>``, seed 0 under ``<root>/<scale>``; the corpora are shared), each seed
+writes its own table, and ``<root>/<scale>/<table>/seeds.md`` gives every number as mean ± std.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from pathlib import Path
 
 from analysis import repro_merge, repro_pretrain, repro_shaping, repro_turnopd
 from analysis.artifacts import ReproductionError, Store
-from analysis.report import Report
+from analysis.report import Report, merge_seeds
 
 # id -> (what it reproduces, function); the order is the dependency order of `all`.
 REPRODUCTIONS = {
@@ -47,9 +52,11 @@ def git_commit() -> str | None:
         return None
 
 
-def write(report: Report, store: Store, table_id: str, seconds: float) -> Path:
-    """``table.md``, ``results.json`` and ``config.json`` into the table's folder."""
+def write(report: Report, store: Store, table_id: str, seconds: float, stem: str = "table") -> Path:
+    """``table.md``, ``results.json`` and ``config.json`` into the table's folder (``seeds.md``,
+    ``seeds_results.json`` and ``seeds_config.json`` for ``stem="seeds"``)."""
     out = store.out(table_id)
+    prefix = "" if stem == "table" else f"{stem}_"
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
             f"{store.budget['eval_tasks_per_cell'] or 'all'} tasks per (split, difficulty) cell. "
@@ -60,22 +67,34 @@ def write(report: Report, store: Store, table_id: str, seconds: float) -> Path:
         body.append("**Notes**\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
     if report.figures:
         body.append("**Figures**: " + ", ".join(f"[{Path(f).name}]({Path(f).name})" for f in report.figures) + "\n")
-    (out / "table.md").write_text("\n".join(head + body))
-    (out / "results.json").write_text(json.dumps(report.results, indent=1, default=str))
-    (out / "config.json").write_text(json.dumps(
+    (out / f"{stem}.md").write_text("\n".join(head + body))
+    (out / f"{prefix}results.json").write_text(json.dumps(report.results, indent=1, default=str))
+    (out / f"{prefix}config.json").write_text(json.dumps(
         {"table": table_id, "title": report.title, "store": store.describe(), "commit": git_commit(),
          "seconds": round(seconds, 1), "runs": [str(r) for r in report.runs]}, indent=1, default=str))
     return out
 
 
-def reproduce(table_id: str, store: Store) -> Path:
+def reproduce(table_id: str, store: Store) -> Report:
     title, fn = REPRODUCTIONS[table_id]
     t0 = time.time()
     report = fn(store)
     report.title = report.title or title
     out = write(report, store, table_id, time.time() - t0)
     store.log(f"[reproduce] {table_id}: {out / 'table.md'} ({(time.time() - t0) / 60:.1f} min)")
-    return out
+    return report
+
+
+def reproduce_seeds(table_id: str, stores: list[Store]) -> Path:
+    """The table once per store (seed); with more than one, ``seeds.md`` in the first's folder."""
+    t0 = time.time()
+    reports = [reproduce(table_id, store) for store in stores]
+    if len(stores) == 1:
+        return stores[0].out(table_id) / "table.md"
+    merged = merge_seeds(reports, [s.seed for s in stores])
+    out = write(merged, stores[0], table_id, time.time() - t0, stem="seeds")
+    stores[0].log(f"[reproduce] {table_id}: {out / 'seeds.md'} (mean ± std over {len(stores)} seeds)")
+    return out / "seeds.md"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -89,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
     p.add_argument("--data-dir", default="data")
+    p.add_argument("--seeds", type=int, default=1, help="train and sample every model with seeds 0..N-1 (default 1)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
@@ -100,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproductionError(f"unknown table {args.table!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
         from planning_gym.config import resolve_scale
         scale = resolve_scale(args.scale, announce=lambda m: print(m, file=sys.stderr))
-        store = Store(scale, Path(args.root), Path(args.data_dir))
+        if args.seeds < 1:
+            raise ReproductionError(f"--seeds must be at least 1, not {args.seeds}")
+        stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in range(args.seeds)]
         todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
         t0 = time.time()
         for table_id in todo:
-            reproduce(table_id, store)
+            reproduce_seeds(table_id, stores)
         if len(todo) > 1:
-            print(f"reproduced {len(todo)} tables at scale {scale} in {(time.time() - t0) / 60:.1f} min "
-                  f"under {store.home}")
+            print(f"reproduced {len(todo)} tables at scale {scale} ({args.seeds} seed(s)) in "
+                  f"{(time.time() - t0) / 60:.1f} min under {stores[0].home}")
     except ReproductionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -81,6 +81,8 @@ def test_a_posttrain_runs_own_final_evaluation_is_reused_only_under_the_same_pro
     assert store.evaluation(run)["_dir"] == str(run / "eval" / "step_000006")
     (run / "train_config.json").write_text(json.dumps({"config": {**cfg, "eval_k": 2}}))
     assert store._final_eval(run) is None          # another protocol: it would be evaluated afresh
+    (run / "train_config.json").write_text(json.dumps({"config": {**cfg, "seed": 1}}))
+    assert store._final_eval(run) is None          # another seed's sampling: not this store's evaluation
 
 
 def test_markdown_tables_and_reports():
@@ -120,3 +122,47 @@ def test_training_curves_plot_every_logged_metric_and_refuse_a_missing_run(tmp_p
     table = pd.read_csv(out / "curves.csv")
     assert len(table) == 8 and set(table["run"]) == {"a", "b"}
     assert curves_main([str(tmp_path / "missing")]) == 2
+
+
+def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
+    from analysis.report import merge_seeds
+    reports = []
+    for seed, (acc, kl, label) in enumerate([(10.0, 0.2, "T1"), (14.0, 0.4, "T2"), (12.0, float("nan"), "T1")]):
+        r = Report("t")
+        r.add("cap", ["method", "ID avg@8", "KL", "paper", "pattern"], [["OPD", acc, kl, 36.9, label]])
+        r.add("per task", ["task"], [[f"t{i}"] for i in range(seed + 1)])   # rows differ by seed
+        r.results = {"OPD": {"acc": acc, "paper": 36.9}}
+        r.notes = ["agrees", f"only seed {seed}"]
+        reports.append(r)
+    merged = merge_seeds(reports, [0, 1, 2])
+    assert merged.tables[0].rows == [["OPD", "12.0 ± 2.0", "0.3 ± 0.141 (n=2)", 36.9, "T1 / T2 / T1"]]
+    assert "mean ± std over 3 seeds" in merged.tables[0].caption
+    assert [t.caption for t in merged.tables[1:]] == ["per task (seed 0)", "per task (seed 1)", "per task (seed 2)"]
+    assert merged.results["merged"]["OPD"]["acc"]["mean"] == pytest.approx(12.0)
+    assert merged.results["merged"]["OPD"]["acc"]["per_seed"] == [10.0, 14.0, 12.0]
+    assert merged.results["merged"]["OPD"]["paper"] == 36.9
+    assert merged.notes == ["agrees", "seed 0: only seed 0", "seed 1: only seed 1", "seed 2: only seed 2"]
+
+
+def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tmp_path, fake_pretrain, monkeypatch):
+    from analysis import reproduce as repro
+    seeded = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=2)
+    assert seeded.home == tmp_path / "runs" / "tiny-seed2"
+    assert seeded.posttrain_config("opd").seed == 2
+    assert seeded.pretrained() == tmp_path / "runs" / "tiny-seed2" / "pretrain" / "fa-tiny"
+    assert seeded.describe()["seed"] == 2
+
+    def fake_table(store):
+        r = Report("fake")
+        r.add("numbers", ["x"], [[float(store.seed)]])
+        return r
+    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
+    args = ["fake", "--scale", "tiny", "--root", str(tmp_path / "out"), "--seeds", "3"]
+    assert repro.main(args) == 0
+    for home in ("tiny", "tiny-seed1", "tiny-seed2"):
+        assert (tmp_path / "out" / home / "fake" / "table.md").is_file()
+    seeds_md = (tmp_path / "out" / "tiny" / "fake" / "seeds.md").read_text()
+    assert "| 1.0 ± 1.0 |" in seeds_md and "3 seeds: 0, 1, 2" in seeds_md
+    assert json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_config.json").read_text())["store"]["seed"] == 0
+    assert repro.main(args[:-1] + ["0"]) == 2
+
