@@ -18,7 +18,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all bench-gym bench-train bench-rollout clean
+.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all bench-gym bench-train bench-rollout bench-update clean
 .DEFAULT_GOAL := help
 
 help:
@@ -32,7 +32,7 @@ help:
 	@echo "make curves RUNS=\"runs/a runs/b\"                  training-curve PNGs (reward, success, KL, depth, avg@8)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny]                   every table, in dependency order, reusing artifacts"
-	@echo "make bench-gym | bench-train | bench-rollout       speed checks against same-run baselines"
+	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
 $(STAMP): pyproject.toml
@@ -98,6 +98,9 @@ bench-train: $(STAMP)
 
 bench-rollout: $(STAMP)
 	$(BIN)/python -m posttrain.bench_rollout
+
+bench-update: $(STAMP)
+	$(BIN)/python -m posttrain.bench_update
 
 bench-gym: $(STAMP)
 	$(BIN)/python -m planning_gym.bench

@@ -29,7 +29,7 @@ class PosttrainConfig:
     lr: float = 5e-5
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch: int = 8             # episodes per forward/backward
+    micro_batch: int = 2             # episodes per forward/backward, grouped by length (bench-update)
     temperature: float = 1.0
     max_turn_tokens: int = 192
     step_limit: int = 20

@@ -83,6 +83,15 @@ def process_rewards(tasks: list, episodes: list, solvers: dict):
     return out
 
 
+def micro_batches(lengths, size: int) -> list:
+    """``(episode rows, token length)`` per micro-batch: episodes grouped ``size`` at a time in
+    order of length, each group cut to its own longest episode, so right padding beyond it is never
+    run through the models. The loss and its gradient do not change (every loss is normalised by
+    whole-batch counts); the update costs what the real tokens cost."""
+    order = lengths.argsort(descending=True, stable=True)
+    return [(rows, int(lengths[rows].max())) for rows in order.split(size)]
+
+
 class Trainer:
     def __init__(self, cfg: PosttrainConfig, student_dir: Path, teacher_dir: Path | None, out: Path,
                  data: Path | None, resume: bool):
@@ -217,22 +226,23 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         t_update, total_loss, ent_sum = 0.0, 0.0, 0.0
         per_token_kl = torch.zeros(mask.shape)
-        for lo in range(0, n_eps, cfg.micro_batch):
-            sl = slice(lo, lo + cfg.micro_batch)
+        for rows, length in micro_batches(attn.sum(1), cfg.micro_batch):
+            mb_ids, mb_attn, targets = ids[rows, :length], attn[rows, :length], ids[rows, 1:length, None]
+            sl = (rows, slice(0, length - 1))      # this micro-batch's cells of the [B, T-1] records
             teacher_logits = ref_logp = None
             t1 = time.perf_counter()
             with torch.no_grad():
                 if self.teacher is not None:   # one forward pass per episode, never per turn
-                    teacher_logits = self.teacher(input_ids=ids[sl], attention_mask=attn[sl]).logits[:, :-1]
+                    teacher_logits = self.teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
                 if self.reference is not None:
-                    ref = self.reference(input_ids=ids[sl], attention_mask=attn[sl]).logits[:, :-1]
-                    ref_logp = torch.log_softmax(ref.float(), -1).gather(-1, ids[sl, 1:, None]).squeeze(-1)
+                    ref = self.reference(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                    ref_logp = torch.log_softmax(ref.float(), -1).gather(-1, targets).squeeze(-1)
             t_score += time.perf_counter() - t1
             t1 = time.perf_counter()
-            logits = self.model(input_ids=ids[sl], attention_mask=attn[sl]).logits[:, :-1]
+            logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
             m = mask[sl]
             if cfg.method == "grpo":
-                logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[sl, 1:, None]).squeeze(-1)
+                logp = torch.log_softmax(logits.float(), -1).gather(-1, targets).squeeze(-1)
                 loss = losses.policy_gradient_loss(logp, old[sl], advantages[sl], m, cfg.clip_eps, n_tokens)
                 if ref_logp is not None:
                     kl_tok = losses.kl_to_reference_per_token(logp, ref_logp, m, cfg.kl_estimator)

@@ -114,6 +114,32 @@ def test_turnopd_ablation_switches_turn_off_the_controller_and_the_blend(student
     assert [m["loss"] for m in ablated] == pytest.approx([m["loss"] for m in metrics(opd) if not m.get("eval")])
 
 
+def test_micro_batches_cover_every_episode_once_cut_to_their_own_length():
+    from posttrain.train import micro_batches
+    lengths = torch.tensor([5, 9, 2, 9, 7])
+    groups = micro_batches(lengths, 2)
+    assert [rows.tolist() for rows, _ in groups] == [[1, 3], [4, 0], [2]]
+    assert [n for _, n in groups] == [9, 7, 2]
+
+
+@pytest.mark.parametrize("method", ["opd", "grpo", "turnopd"])
+def test_micro_batch_size_does_not_change_a_step(student, teacher_b, method):
+    """Cutting each micro-batch to its own length (and splitting the batch) leaves the loss, the
+    KL and the gradient norm of a step as they are on one padded batch."""
+    root, run = student
+    records = {}
+    for micro in (1, 8):
+        out = root / f"{method}_micro{micro}"
+        teacher = [] if method == "grpo" else ["--teacher", str(teacher_b)]
+        assert posttrain_main(["--method", method, "--student", str(run), *teacher, "--out", str(out),
+                               "--scale", "tiny", *sets(*FAST, "steps=1", "group_size=3", "step_limit=3",
+                                                         "eval_every=0", f"micro_batch={micro}")]) == 0
+        records[micro] = metrics(out)[0]
+    assert records[1]["episodes"] == 6 and records[1]["agent_tokens"] == records[8]["agent_tokens"]
+    for key in ("loss", "grad_norm", "entropy") + (() if method == "grpo" else ("kl",)):
+        assert records[1][key] == pytest.approx(records[8][key], rel=1e-4, abs=1e-7), key
+
+
 def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student, teacher_b):
     root, run = student
     ckpt = sorted((run / "checkpoints").glob("step_*"))[0]
@@ -202,3 +228,14 @@ def test_bad_input_exit_2(student, tmp_path, argv, message):
                           str(tmp_path / "x"), "--scale", "tiny", *argv],
                          capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bench_update_counts_the_padding_it_saves(tmp_path):
+    from posttrain.bench_update import main as bench
+    out = tmp_path / "bench.json"
+    assert bench(["--scale", "tiny", "--episodes", "4", "--min-len", "20", "--max-len", "80", "--repeats", "1",
+                  "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["real_tokens"] == 200 and r["padded_tokens"] == 320 and r["real_tokens"] <= r["cut_tokens"] < 320
+    assert r["padded_s"] > 0 and r["cut_s"] > 0
+    assert bench(["--min-len", "90", "--max-len", "10"]) == 2

@@ -1,0 +1,102 @@
+"""Update cost of an OPD step: length-sorted micro-batches cut to their own length vs one padded batch.
+
+Why this exists: on CPU a post-training step is dominated by the update (teacher forward, student
+forward and backward) over whole multi-turn episodes, whose lengths differ several-fold (a solved
+task stops early, a failed one runs to the step limit). Padding every episode to the longest one
+spends compute on pad tokens; `posttrain.train.micro_batches` groups episodes by length and cuts
+each group to its own longest. This measures the difference, same model, same episodes, same run.
+
+    python -m posttrain.bench_update [--scale small] [--episodes 8] [--min-len 600] [--max-len 2400]
+        [--micro-batch 2] [--repeats 2]
+
+Episodes are random token ids with lengths spread evenly over [min-len, max-len] (our small OPD
+runs: about 600 to 2 400 tokens) and every position counted as an agent token; weights are the
+preset's random initialisation. Prints seconds per update of both and their ratio.
+Exit status 2 with one ``error:`` line on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from posttrain import losses
+from posttrain.train import micro_batches
+from pretrain.config import UsageError, make_config
+from pretrain.model import build_model
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def update_seconds(student, teacher, ids, attn, groups, topk: int = 50) -> float:
+    """Wall seconds of one OPD update (teacher forward, student forward + backward) over ``groups``
+    of ``(rows, length)``."""
+    mask, n_tokens = attn[:, 1:], int(attn[:, 1:].sum())
+    student.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    for rows, length in groups:
+        mb_ids, mb_attn = ids[rows, :length], attn[rows, :length]
+        with torch.no_grad():
+            t_logits = teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+        logits = student(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+        kl = losses.reverse_kl_topk(logits, mask[rows, :length - 1], topk, teacher_logits=t_logits)
+        losses.masked_token_mean(kl, mask[rows, :length - 1], n_tokens).backward()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m posttrain.bench_update", description=__doc__.split("\n")[0])
+    p.add_argument("--scale", default="small", choices=["tiny", "small", "paper"])
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--min-len", type=int, default=600)
+    p.add_argument("--max-len", type=int, default=2400)
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--json", default=None, help="also write the figures to this file")
+    try:
+        args = p.parse_args(argv)
+        if not 2 <= args.min_len <= args.max_len or args.episodes < 1 or args.micro_batch < 1 or args.repeats < 1:
+            raise UsageError("need 2 <= --min-len <= --max-len and positive --episodes, --micro-batch, --repeats")
+        cfg = make_config(args.scale)
+        if args.max_len > cfg.max_position_embeddings:
+            raise UsageError(f"--max-len {args.max_len} exceeds the {args.scale} context of {cfg.max_position_embeddings}")
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    student, teacher = build_model(cfg, seed=0).train(), build_model(cfg, seed=1).eval()
+    lengths = torch.linspace(args.min_len, args.max_len, args.episodes).round().long()
+    lengths = lengths[torch.randperm(args.episodes)]           # rollouts come in no particular order
+    ids = torch.randint(0, cfg.vocab_size, (args.episodes, args.max_len))
+    attn = (torch.arange(args.max_len)[None] < lengths[:, None]).long()
+    padded = [(torch.arange(args.episodes), args.max_len)]      # one batch, everything padded
+    cut = micro_batches(lengths, args.micro_batch)
+    times = {"padded": [], "cut": []}
+    for _ in range(args.repeats):                               # interleaved: both see the same load
+        times["padded"].append(update_seconds(student, teacher, ids, attn, padded))
+        times["cut"].append(update_seconds(student, teacher, ids, attn, cut))
+    best = {k: min(v) for k, v in times.items()}
+    real = int(lengths.sum())
+    result = {"scale": args.scale, "episodes": args.episodes, "micro_batch": args.micro_batch,
+              "real_tokens": real, "padded_tokens": args.episodes * args.max_len,
+              "cut_tokens": sum(len(r) * n for r, n in cut), "threads": torch.get_num_threads(),
+              "padded_s": best["padded"], "cut_s": best["cut"], "speedup": best["padded"] / best["cut"]}
+    print(f"OPD update, {args.scale}, {args.episodes} episodes of {args.min_len}-{args.max_len} tokens, "
+          f"{torch.get_num_threads()} thread(s)")
+    print(f"  one padded batch:               {best['padded']:7.2f} s  ({result['padded_tokens']} token slots)")
+    print(f"  sorted micro-batches of {args.micro_batch}, cut: {best['cut']:7.2f} s  ({result['cut_tokens']} token slots, "
+          f"{real} real)")
+    print(f"  speed-up: {result['speedup']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
