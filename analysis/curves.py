@@ -1,10 +1,14 @@
 """Training curves of post-training runs as PNGs: ``python -m analysis.curves RUN [RUN ...]``.
 
     python -m analysis.curves runs/grpo-a runs/opd-a --out runs/curves [--keys reward,success,kl]
+    python -m analysis.curves runs/opd runs/turnopd --reference opd     # + comparison.md
 
 One figure per metric (reward, success, KL, entropy, rollout depth, ...) with one line per run,
 read from each run's ``metrics.jsonl``; evaluation records (avg@8 over training) get their own
 figure against training wall-clock.  Writes ``<out>/<metric>.png`` and ``<out>/curves.csv``.
+With ``--reference RUN`` (a run folder's name) it also writes ``<out>/comparison.md``: accuracy at
+the same step, at the least common training time (with the steps each run completed), and the
+training wall-clock each run needs to reach the reference's final accuracy, with the speedup.
 """
 from __future__ import annotations
 
@@ -52,14 +56,47 @@ def plot(runs: list[Path], out: Path, keys=DEFAULT_KEYS) -> list[Path]:
     return written
 
 
+def comparison(runs: list[Path], reference: str, split: str = "ID", k: int = 8) -> str:
+    """Markdown: same-step, least-time and time-to-target tables of ``runs`` (``split`` avg@k)."""
+    from analysis.measures import least_time_table, logs_frame, same_step_table, speedup_table
+    from analysis.report import md_table
+    from analysis.repro_turnopd import _int, log_rows
+    names = [Path(r).name for r in runs]
+    if reference not in names:
+        raise ValueError(f"--reference {reference!r} is not one of the runs ({', '.join(names)})")
+    logs = logs_frame(pd.concat([log_rows(load(r).to_dict("records"), Path(r).name, split, k) for r in runs],
+                                ignore_index=True))
+    if logs["acc"].isna().all():
+        raise ValueError(f"no run has an evaluation record with {split}_avg@{k}")
+    same, least, speed = same_step_table(logs), least_time_table(logs), speedup_table(logs, reference)
+    acc = f"{split} avg@{k}"
+    return "\n".join([
+        f"# {' vs '.join(names)}", "", "Training wall-clock is rollout + scoring + update (evaluations excluded).", "",
+        f"**Same step ({int(same['step'].iloc[0])}, the last step every run evaluated)**", "",
+        md_table(["run", "eval step", acc, "train wall (s)"],
+                 [[m, _int(r["eval_step"]), r["acc"], r["wall"]] for m, r in same.iterrows()]),
+        f"**Least time ({least['wall_budget'].iloc[0]:.1f} s, when the first run finished)**", "",
+        md_table(["run", "steps completed", "eval step", acc],
+                 [[m, _int(r["steps_completed"]), _int(r["eval_step"]), r["acc"]] for m, r in least.iterrows()]),
+        f"**Time to reach {reference}'s final {acc} ({speed['target'].iloc[0]:.1f})**", "",
+        md_table(["run", "train wall (s)", f"speedup over {reference}"],
+                 [[m, r["time_to_target"], r["speedup"]] for m, r in speed.iterrows()])])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.curves", description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", type=Path)
     p.add_argument("--out", type=Path, default=None, help="folder for the PNGs (default: <first run>/curves)")
     p.add_argument("--keys", default=",".join(DEFAULT_KEYS), help="comma list of per-step metrics")
+    p.add_argument("--reference", default=None, help="a run's folder name: also write comparison.md against it")
+    p.add_argument("--split", default="ID", choices=["ID", "OOD"], help="evaluation split of comparison.md")
     args = p.parse_args(argv)
+    out = args.out or args.runs[0] / "curves"
     try:
-        written = plot(args.runs, args.out or args.runs[0] / "curves", [k for k in args.keys.split(",") if k])
+        written = plot(args.runs, out, [k for k in args.keys.split(",") if k])
+        if args.reference:
+            (out / "comparison.md").write_text(comparison(args.runs, args.reference, args.split))
+            written.append(out / "comparison.md")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

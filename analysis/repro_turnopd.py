@@ -128,6 +128,7 @@ def main_table(store: Store) -> Report:
 
 
 def _int(v) -> int | None:
+    """A table's step cell: an int, or None (an en dash) for a missing one."""
     return None if v is None or v != v else int(v)
 
 

@@ -124,6 +124,25 @@ def test_training_curves_plot_every_logged_metric_and_refuse_a_missing_run(tmp_p
     assert curves_main([str(tmp_path / "missing")]) == 2
 
 
+def test_curves_compare_runs_by_step_by_time_and_time_to_target(tmp_path):
+    from analysis.curves import main as curves_main
+    # "fast" reaches the reference's final accuracy (30) after 40 s of training, "slow" after 100 s
+    for name, walls, accs in (("slow", (50, 100), (20.0, 30.0)), ("fast", (20, 40), (25.0, 30.0))):
+        run = tmp_path / name
+        run.mkdir()
+        records = []
+        for step, wall, acc in zip((2, 4), walls, accs):
+            records.append({"step": step, "reward": 0.1, "train_wall_s": float(wall)})
+            records.append({"step": step, "eval": True, "ID_avg@8": acc, "train_wall_s": float(wall)})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    runs = [str(tmp_path / "slow"), str(tmp_path / "fast")]
+    assert curves_main([*runs, "--out", str(tmp_path / "c"), "--reference", "slow"]) == 0
+    text = (tmp_path / "c" / "comparison.md").read_text()
+    assert "| fast | 40.0 | 2.5 |" in text and "| slow | 100.0 | 1.0 |" in text     # time to target, speedup
+    assert "| slow | 0 | – | – |" in text and "| fast | 4 | 4 | 30.0 |" in text      # least time: 40 s
+    assert curves_main([*runs, "--out", str(tmp_path / "c"), "--reference", "other"]) == 2
+
+
 def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
     from analysis.report import merge_seeds
     reports = []
