@@ -29,7 +29,7 @@ help:
 	@echo "make grpo|opd|turnopd|tcod RUN=... [TEACHER=...]   post-training (SET=\"steps=60 topk=100\")"
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
-	@echo "make curves RUNS=\"runs/a runs/b\"                  training-curve PNGs (reward, success, KL, depth, avg@8)"
+	@echo "make curves RUNS=\"runs/a runs/b\" [REF=a]           training-curve PNGs (+ comparison.md against run a)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny]                   every table, in dependency order, reusing artifacts"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
@@ -80,7 +80,7 @@ mopd: $(STAMP)
 
 RUNS ?=
 curves: $(STAMP)
-	$(BIN)/python -m analysis.curves $(RUNS)
+	$(BIN)/python -m analysis.curves $(RUNS) $(if $(REF),--reference $(REF)) $(if $(OUT),--out $(OUT))
 
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=
