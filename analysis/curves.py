@@ -56,18 +56,28 @@ def plot(runs: list[Path], out: Path, keys=DEFAULT_KEYS) -> list[Path]:
     return written
 
 
-def comparison(runs: list[Path], reference: str, split: str = "ID", k: int = 8) -> str:
-    """Markdown: same-step, least-time and time-to-target tables of ``runs`` (``split`` avg@k)."""
+def comparison(runs: list[Path], reference: str, split: str = "ID") -> str:
+    """Markdown: same-step, least-time and time-to-target tables of ``runs`` (``split`` avg@k, with
+    the k the runs evaluated with); runs without evaluations only count in the least-time table."""
     from analysis.measures import least_time_table, logs_frame, same_step_table, speedup_table
     from analysis.report import md_table
     from analysis.repro_turnopd import _int, log_rows
     names = [Path(r).name for r in runs]
+    if len(set(names)) < len(names):
+        raise ValueError(f"runs need distinct folder names to be compared ({', '.join(names)})")
     if reference not in names:
         raise ValueError(f"--reference {reference!r} is not one of the runs ({', '.join(names)})")
-    logs = logs_frame(pd.concat([log_rows(load(r).to_dict("records"), Path(r).name, split, k) for r in runs],
+    records = {name: load(r).to_dict("records") for name, r in zip(names, runs)}
+    ks = {int(key.split("@")[1]) for recs in records.values() for r in recs for key in r
+          if key.startswith(f"{split}_avg@") and r[key] == r[key]}
+    if len(ks) != 1:
+        raise ValueError(f"the runs need evaluations with one k to be compared (found {split}_avg@k for k in "
+                         f"{sorted(ks) or 'none'})")
+    k = ks.pop()
+    if not any(f"{split}_avg@{k}" in r for r in records[reference]):
+        raise ValueError(f"the reference run {reference} has no {split}_avg@{k} evaluation")
+    logs = logs_frame(pd.concat([log_rows(recs, name, split, k) for name, recs in records.items()],
                                 ignore_index=True))
-    if logs["acc"].isna().all():
-        raise ValueError(f"no run has an evaluation record with {split}_avg@{k}")
     same, least, speed = same_step_table(logs), least_time_table(logs), speedup_table(logs, reference)
     acc = f"{split} avg@{k}"
     return "\n".join([

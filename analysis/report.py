@@ -12,6 +12,7 @@ labels) are kept as they are.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ class Table:
     caption: str
     header: list[str]
     rows: list[list]
+    merge: bool = True     # False: numbers that mean nothing averaged over seeds (e.g. PCA coordinates)
 
     def markdown(self) -> str:
         return f"**{self.caption}**\n\n{md_table(self.header, self.rows)}"
@@ -35,8 +37,8 @@ class Report:
     runs: list[Path] = field(default_factory=list)        # artifacts this table was computed from
     notes: list[str] = field(default_factory=list)        # what agrees with the paper, what does not
 
-    def add(self, caption: str, header: list[str], rows: list[list]) -> None:
-        self.tables.append(Table(caption, list(header), [list(r) for r in rows]))
+    def add(self, caption: str, header: list[str], rows: list[list], merge: bool = True) -> None:
+        self.tables.append(Table(caption, list(header), [list(r) for r in rows], merge))
 
     @property
     def sections(self) -> list[str]:
@@ -61,8 +63,29 @@ def cell_text(v) -> str:
 
 
 # ----- several seeds ----------------------------------------------------------------------------------
+def json_safe(value):
+    """``value`` with every NaN / infinity replaced by None (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _row_key(row: list) -> list:
+    """What identifies a row across seeds: its leading cells up to the first number (or empty cell)."""
+    key = []
+    for v in row:
+        if v is None or _is_number(v):
+            break
+        key.append(v)
+    return key
 
 
 def merge_cell(values: list):
@@ -80,18 +103,21 @@ def merge_cell(values: list):
 
 
 def merge_results(values: list):
-    """``results.json`` over seeds: numbers become ``{"mean", "std", "n", "per_seed"}``."""
+    """``results.json`` over seeds: every number becomes ``{"mean", "std", "n", "per_seed"}``
+    (``n`` counts the seeds with a finite value; missing statistics are None); other values that
+    differ become ``{"per_seed": [...]}``."""
     first = values[0]
     if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
         return {k: merge_results([v[k] for v in values]) for k in first}
     if isinstance(first, list) and all(isinstance(v, list) and len(v) == len(first) for v in values):
         return [merge_results(list(col)) for col in zip(*values)]
-    if all(_is_number(v) for v in values) and len(set(map(float, values))) > 1:
+    if all(_is_number(v) for v in values):
         from analysis.measures import seed_stat
         finite = [float(v) for v in values if not math.isnan(v)]
-        s = seed_stat(finite) if finite else None
-        return {"mean": s.mean if s else float("nan"), "std": s.std if s else float("nan"),
-                "n": len(finite), "per_seed": list(values)}
+        if not finite:
+            return {"mean": None, "std": None, "n": 0, "per_seed": list(values)}
+        s = seed_stat(finite)
+        return {"mean": s.mean, "std": None if math.isnan(s.std) else s.std, "n": s.n, "per_seed": list(values)}
     return first if all(v == first for v in values) else {"per_seed": list(values)}
 
 
@@ -100,9 +126,10 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
     first = reports[0]
     merged = Report(f"{first.title} ({len(seeds)} seeds: {', '.join(map(str, seeds))})")
     for i, table in enumerate(first.tables):
-        same_shape = all(len(r.tables) == len(first.tables) and len(r.tables[i].rows) == len(table.rows)
-                         and r.tables[i].header == table.header for r in reports)
-        if not same_shape:   # rows depend on the seed's data: show each seed's table
+        same_rows = all(len(r.tables) == len(first.tables) and r.tables[i].header == table.header
+                        and [_row_key(row) for row in r.tables[i].rows] == [_row_key(row) for row in table.rows]
+                        for r in reports)
+        if not (same_rows and table.merge):   # rows depend on the seed, or numbers that do not average
             for seed, r in zip(seeds, reports):
                 if i < len(r.tables):
                     t = r.tables[i]
@@ -114,6 +141,6 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
     merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}
     common = [n for n in first.notes if all(n in r.notes for r in reports)]
     merged.notes = common + [f"seed {seed}: {n}" for seed, r in zip(seeds, reports) for n in r.notes if n not in common]
-    merged.figures = list(first.figures)
+    merged.figures = list(first.figures)     # seed 0's (the seeds.md header says so)
     merged.runs = [run for r in reports for run in r.runs]
     return merged

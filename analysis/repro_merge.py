@@ -156,9 +156,10 @@ def parameter_dynamics(store: Store) -> Report:
     teachers = tuple(lab for lab in labels if lab.startswith("Teacher"))
     rows = distance_rows(labels, dist, teachers=teachers)
     report.add("L2 distances in parameter space (shared_compatible regime)", ["pair", "ours", "paper"],
-               [[pair_, f"{v:.3g}", ref] for pair_, v, ref in rows])
-    report.add("PCA coordinates of the checkpoints",
-               ["checkpoint", "PC1", "PC2"], [[lab, float(x), float(y)] for lab, (x, y) in zip(labels, coords)])
+               [[pair_, float(v), ref] for pair_, v, ref in rows])
+    report.add("PCA coordinates of the checkpoints",   # each seed has its own PCA basis: never averaged
+               ["checkpoint", "PC1", "PC2"], [[lab, float(x), float(y)] for lab, (x, y) in zip(labels, coords)],
+               merge=False)
     report.results = {"labels": labels, "distances": dist.tolist(), "pca": coords.tolist(),
                       "explained_variance": ratio.tolist(), "rows": [r[:2] for r in rows]}
     report.figures.append(plot_checkpoint_dynamics(coords, dist, labels, store.out("fig22") / "fig22_dynamics.png",

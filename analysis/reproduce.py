@@ -26,7 +26,7 @@ from pathlib import Path
 
 from analysis import repro_merge, repro_pretrain, repro_shaping, repro_turnopd
 from analysis.artifacts import ReproductionError, Store
-from analysis.report import Report, merge_seeds
+from analysis.report import Report, json_safe, merge_seeds
 
 # id -> (what it reproduces, function); the order is the dependency order of `all`.
 REPRODUCTIONS = {
@@ -52,11 +52,11 @@ def git_commit() -> str | None:
         return None
 
 
-def write(report: Report, store: Store, table_id: str, seconds: float, stem: str = "table") -> Path:
-    """``table.md``, ``results.json`` and ``config.json`` into the table's folder (``seeds.md``,
-    ``seeds_results.json`` and ``seeds_config.json`` for ``stem="seeds"``)."""
+def write(report: Report, store: Store, table_id: str, seconds: float, seeds: list[Store] | None = None) -> Path:
+    """``table.md``, ``results.json`` and ``config.json`` into the table's folder; for a report
+    merged over the stores ``seeds``: ``seeds.md``, ``seeds_results.json`` and ``seeds_config.json``."""
     out = store.out(table_id)
-    prefix = "" if stem == "table" else f"{stem}_"
+    stem, prefix = ("seeds", "seeds_") if seeds else ("table", "")
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
             f"{store.budget['eval_tasks_per_cell'] or 'all'} tasks per (split, difficulty) cell. "
@@ -66,11 +66,13 @@ def write(report: Report, store: Store, table_id: str, seconds: float, stem: str
     if report.notes:
         body.append("**Notes**\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")
     if report.figures:
-        body.append("**Figures**: " + ", ".join(f"[{Path(f).name}]({Path(f).name})" for f in report.figures) + "\n")
+        body.append(f"**Figures**{' (seed 0)' if seeds else ''}: "
+                    + ", ".join(f"[{Path(f).name}]({Path(f).name})" for f in report.figures) + "\n")
     (out / f"{stem}.md").write_text("\n".join(head + body))
-    (out / f"{prefix}results.json").write_text(json.dumps(report.results, indent=1, default=str))
+    (out / f"{prefix}results.json").write_text(json.dumps(json_safe(report.results), indent=1, default=str))
     (out / f"{prefix}config.json").write_text(json.dumps(
-        {"table": table_id, "title": report.title, "store": store.describe(), "commit": git_commit(),
+        {"table": table_id, "title": report.title, "commit": git_commit(),
+         **({"stores": [s.describe() for s in seeds]} if seeds else {"store": store.describe()}),
          "seconds": round(seconds, 1), "runs": [str(r) for r in report.runs]}, indent=1, default=str))
     return out
 
@@ -92,7 +94,7 @@ def reproduce_seeds(table_id: str, stores: list[Store]) -> Path:
     if len(stores) == 1:
         return stores[0].out(table_id) / "table.md"
     merged = merge_seeds(reports, [s.seed for s in stores])
-    out = write(merged, stores[0], table_id, time.time() - t0, stem="seeds")
+    out = write(merged, stores[0], table_id, time.time() - t0, seeds=stores)
     stores[0].log(f"[reproduce] {table_id}: {out / 'seeds.md'} (mean ± std over {len(stores)} seeds)")
     return out / "seeds.md"
 

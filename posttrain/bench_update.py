@@ -1,17 +1,20 @@
-"""Update cost of an OPD step: length-sorted micro-batches cut to their own length vs one padded batch.
+"""Update cost of an OPD step: length-sorted micro-batches cut to their own length vs padded batches.
 
 Why this exists: on CPU a post-training step is dominated by the update (teacher forward, student
 forward and backward) over whole multi-turn episodes, whose lengths differ several-fold (a solved
 task stops early, a failed one runs to the step limit). Padding every episode to the longest one
 spends compute on pad tokens; `posttrain.train.micro_batches` groups episodes by length and cuts
-each group to its own longest. This measures the difference, same model, same episodes, same run.
+each group to its own longest. This measures it against one padded batch (our old default) and
+against micro-batches of the same size in rollout order, padded to the batch's longest episode
+(which separates the effect of cutting from that of the batch size): same model, same episodes,
+same run.
 
     python -m posttrain.bench_update [--scale small] [--episodes 8] [--min-len 600] [--max-len 2400]
         [--micro-batch 2] [--repeats 2]
 
 Episodes are random token ids with lengths spread evenly over [min-len, max-len] (our small OPD
 runs: about 600 to 2 400 tokens) and every position counted as an agent token; weights are the
-preset's random initialisation. Prints seconds per update of both and their ratio.
+preset's random initialisation. Prints seconds per update of each and the ratios.
 Exit status 2 with one ``error:`` line on bad input.
 """
 from __future__ import annotations
@@ -74,24 +77,29 @@ def main(argv: list[str] | None = None) -> int:
     lengths = lengths[torch.randperm(args.episodes)]           # rollouts come in no particular order
     ids = torch.randint(0, cfg.vocab_size, (args.episodes, args.max_len))
     attn = (torch.arange(args.max_len)[None] < lengths[:, None]).long()
-    padded = [(torch.arange(args.episodes), args.max_len)]      # one batch, everything padded
-    cut = micro_batches(lengths, args.micro_batch)
-    times = {"padded": [], "cut": []}
-    for _ in range(args.repeats):                               # interleaved: both see the same load
-        times["padded"].append(update_seconds(student, teacher, ids, attn, padded))
-        times["cut"].append(update_seconds(student, teacher, ids, attn, cut))
-    best = {k: min(v) for k, v in times.items()}
+    plans = {"padded": [(torch.arange(args.episodes), args.max_len)],          # one batch, all padded
+             "padded_micro": [(rows, args.max_len) for rows in torch.arange(args.episodes).split(args.micro_batch)],
+             "cut": micro_batches(lengths, args.micro_batch)}
+    times = {name: [] for name in plans}
+    for _ in range(args.repeats):                               # interleaved: all see the same load
+        for name, plan in plans.items():
+            times[name].append(update_seconds(student, teacher, ids, attn, plan))
+    best = {name: min(v) for name, v in times.items()}
     real = int(lengths.sum())
     result = {"scale": args.scale, "episodes": args.episodes, "micro_batch": args.micro_batch,
               "real_tokens": real, "padded_tokens": args.episodes * args.max_len,
-              "cut_tokens": sum(len(r) * n for r, n in cut), "threads": torch.get_num_threads(),
-              "padded_s": best["padded"], "cut_s": best["cut"], "speedup": best["padded"] / best["cut"]}
+              "cut_tokens": sum(len(r) * n for r, n in plans["cut"]), "threads": torch.get_num_threads(),
+              "padded_s": best["padded"], "padded_micro_s": best["padded_micro"], "cut_s": best["cut"],
+              "speedup": best["padded"] / best["cut"], "speedup_same_micro": best["padded_micro"] / best["cut"]}
     print(f"OPD update, {args.scale}, {args.episodes} episodes of {args.min_len}-{args.max_len} tokens, "
-          f"{torch.get_num_threads()} thread(s)")
-    print(f"  one padded batch:               {best['padded']:7.2f} s  ({result['padded_tokens']} token slots)")
-    print(f"  sorted micro-batches of {args.micro_batch}, cut: {best['cut']:7.2f} s  ({result['cut_tokens']} token slots, "
-          f"{real} real)")
-    print(f"  speed-up: {result['speedup']:.2f}x")
+          f"{torch.get_num_threads()} thread(s); {real} real tokens")
+    print(f"  one padded batch:                   {best['padded']:7.2f} s  ({result['padded_tokens']} token slots)")
+    print(f"  micro-batches of {args.micro_batch}, padded:         {best['padded_micro']:7.2f} s  "
+          f"({result['padded_tokens']} token slots)")
+    print(f"  micro-batches of {args.micro_batch}, sorted and cut: {best['cut']:7.2f} s  "
+          f"({result['cut_tokens']} token slots)")
+    print(f"  speed-up: {result['speedup']:.2f}x over one padded batch, "
+          f"{result['speedup_same_micro']:.2f}x over padded micro-batches of {args.micro_batch}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -141,6 +141,9 @@ def test_curves_compare_runs_by_step_by_time_and_time_to_target(tmp_path):
     assert "| fast | 40.0 | 2.5 |" in text and "| slow | 100.0 | 1.0 |" in text     # time to target, speedup
     assert "| slow | 0 | – | – |" in text and "| fast | 4 | 4 | 30.0 |" in text      # least time: 40 s
     assert curves_main([*runs, "--out", str(tmp_path / "c"), "--reference", "other"]) == 2
+    (tmp_path / "noeval").mkdir()
+    (tmp_path / "noeval" / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.0}) + "\n")
+    assert curves_main([*runs, str(tmp_path / "noeval"), "--out", str(tmp_path / "c"), "--reference", "noeval"]) == 2
 
 
 def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
@@ -150,16 +153,19 @@ def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
         r = Report("t")
         r.add("cap", ["method", "ID avg@8", "KL", "paper", "pattern"], [["OPD", acc, kl, 36.9, label]])
         r.add("per task", ["task"], [[f"t{i}"] for i in range(seed + 1)])   # rows differ by seed
+        r.add("groups", ["group", "n"], [[f"g{seed}", 1]])                    # same count, other rows
+        r.add("pca", ["x"], [[float(seed)]], merge=False)
         r.results = {"OPD": {"acc": acc, "paper": 36.9}}
         r.notes = ["agrees", f"only seed {seed}"]
         reports.append(r)
     merged = merge_seeds(reports, [0, 1, 2])
     assert merged.tables[0].rows == [["OPD", "12.0 ± 2.0", "0.3 ± 0.141 (n=2)", 36.9, "T1 / T2 / T1"]]
     assert "mean ± std over 3 seeds" in merged.tables[0].caption
-    assert [t.caption for t in merged.tables[1:]] == ["per task (seed 0)", "per task (seed 1)", "per task (seed 2)"]
+    assert [t.caption for t in merged.tables[1:]] == [f"{name} (seed {s})" for name in ("per task", "groups", "pca")
+                                                      for s in range(3)]
     assert merged.results["merged"]["OPD"]["acc"]["mean"] == pytest.approx(12.0)
     assert merged.results["merged"]["OPD"]["acc"]["per_seed"] == [10.0, 14.0, 12.0]
-    assert merged.results["merged"]["OPD"]["paper"] == 36.9
+    assert merged.results["merged"]["OPD"]["paper"] == {"mean": 36.9, "std": 0.0, "n": 3, "per_seed": [36.9] * 3}
     assert merged.notes == ["agrees", "seed 0: only seed 0", "seed 1: only seed 1", "seed 2: only seed 2"]
 
 
@@ -174,6 +180,7 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
     def fake_table(store):
         r = Report("fake")
         r.add("numbers", ["x"], [[float(store.seed)]])
+        r.results = {"x": float(store.seed)}
         return r
     monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
     args = ["fake", "--scale", "tiny", "--root", str(tmp_path / "out"), "--seeds", "3"]
@@ -182,6 +189,9 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
         assert (tmp_path / "out" / home / "fake" / "table.md").is_file()
     seeds_md = (tmp_path / "out" / "tiny" / "fake" / "seeds.md").read_text()
     assert "| 1.0 ± 1.0 |" in seeds_md and "3 seeds: 0, 1, 2" in seeds_md
-    assert json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_config.json").read_text())["store"]["seed"] == 0
+    config = json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_config.json").read_text())
+    assert [store["seed"] for store in config["stores"]] == [0, 1, 2]
+    merged = json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_results.json").read_text())
+    assert merged["merged"]["x"] == {"mean": 1.0, "std": 1.0, "n": 3, "per_seed": [0.0, 1.0, 2.0]}
     assert repro.main(args[:-1] + ["0"]) == 2
 
