@@ -23,6 +23,7 @@ rebuilt, never read.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -153,9 +154,14 @@ class Store:
 
         from posttrain.train import Trainer
         run = self.home / "posttrain" / name
-        if (run / "summary.json").is_file():
-            return run
         cfg = self.posttrain_config(method, **overrides)
+        wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
+        changed = _changes(run / "train_config.json", wanted)
+        if changed:      # built under other settings (a budget or default changed since): not this run
+            self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
+            shutil.rmtree(run)
+        elif (run / "summary.json").is_file():
+            return run
         resume = latest_checkpoint(run) is not None
         self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
         Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
@@ -187,7 +193,10 @@ class Store:
             return reused
         out = self._eval_dir(model, corpus)
         if (out / "summary.json").is_file():
-            return json.loads((out / "summary.json").read_text())
+            cached = json.loads((out / "summary.json").read_text())
+            if self._same_protocol(cached):
+                return cached
+            self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
         net, tok, data = load_model_and_tokenizer(run_dir=model)
         corpus = Path(corpus or data)
         self.log(f"[reproduce] evaluate {model} on {corpus.name}")
@@ -209,6 +218,13 @@ class Store:
             pass
         return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
 
+    def _same_protocol(self, summary: dict) -> bool:
+        """Was this evaluation summary made with this store's k, seed and tasks per cell?"""
+        per_cell = max((r["tasks"] for r in summary.get("table", []) if r["difficulty"] != "all"),
+                       default=0)     # for summaries written before they recorded max_tasks_per_cell
+        return summary.get("k") == EVAL_K and summary.get("seed", 0) == self.seed \
+            and summary.get("max_tasks_per_cell", per_cell) == (self.budget["eval_tasks_per_cell"] or None)
+
     def _final_eval(self, run: Path) -> dict | None:
         """A post-training run's own final evaluation, when it used this store's protocol."""
         try:
@@ -228,6 +244,21 @@ class Store:
         return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
                 "eval_k": EVAL_K,
                 **{k: v for k, v in self.budget.items()}}
+
+
+def _changes(config_file: Path, wanted: dict) -> str:
+    """What differs between a run's recorded ``train_config.json`` and ``wanted`` ('' if nothing
+    or if there is no record yet)."""
+    try:
+        have = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError):
+        return ""
+
+    def flat(record: dict) -> dict:
+        return {**{k: v for k, v in record.items() if k != "config"}, **record.get("config", {})}
+    have, wanted = flat(have), flat(wanted)
+    diffs = [f"{k}={have.get(k)!r} (now {v!r})" for k, v in wanted.items() if have.get(k) != v]
+    return ", ".join(diffs)
 
 
 def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:

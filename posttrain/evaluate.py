@@ -231,6 +231,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
     summary = {"corpus": str(corpus_dir), "k": k, "temperature": temperature, "top_p": top_p, "step_limit": step_limit,
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
+               "max_tasks_per_cell": max_tasks_per_cell,
                "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
                "generated_tokens": ro.generated_tokens, "overall": overall, "table": table}
     if out_dir is not None:

@@ -85,6 +85,27 @@ def test_a_posttrain_runs_own_final_evaluation_is_reused_only_under_the_same_pro
     assert store._final_eval(run) is None          # another seed's sampling: not this store's evaluation
 
 
+def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, monkeypatch):
+    import posttrain.evaluate
+    calls = []
+    monkeypatch.setattr(posttrain.evaluate, "load_model_and_tokenizer", lambda run_dir: (None, None, tmp_path))
+    monkeypatch.setattr(posttrain.evaluate, "evaluate", lambda *a, **kw: calls.append(kw) or {"fresh": True})
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    model = tmp_path / "model"
+    out = store._eval_dir(model, None)
+    out.mkdir(parents=True)
+    per_cell = store.budget["eval_tasks_per_cell"]
+    old = {"k": 8, "seed": 0, **_summary([("fa", "ID", "short", per_cell, 50.0, 100.0),
+                                           ("fa", "ID", "all", 3 * per_cell, 50.0, 100.0)])}
+    (out / "summary.json").write_text(json.dumps(old))          # written before max_tasks_per_cell existed
+    assert store.evaluation(model) == old and not calls
+    (out / "summary.json").write_text(json.dumps({**old, "max_tasks_per_cell": per_cell + 1}))
+    assert store.evaluation(model) == {"fresh": True} and calls[-1]["max_tasks_per_cell"] == per_cell
+    (out / "summary.json").write_text(json.dumps({**old, "k": 2}))
+    store.evaluation(model)
+    assert len(calls) == 2
+
+
 def test_markdown_tables_and_reports():
     text = md_table(["a", "b"], [["x", 12.25], ["y", float("nan")], ["z", None], ["w", 0.04567], ["v", 0.0]])
     assert text.splitlines() == ["| a | b |", "|---|---|", "| x | 12.2 |", "| y | – |", "| z | – |", "| w | 0.0457 |",
@@ -195,3 +216,32 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
     assert merged["merged"]["x"] == {"mean": 1.0, "std": 1.0, "n": 3, "per_seed": [0.0, 1.0, 2.0]}
     assert repro.main(args[:-1] + ["0"]) == 2
 
+
+
+def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp_path, monkeypatch):
+    import dataclasses
+
+    import posttrain.train
+    built = []
+
+    class FakeTrainer:
+        def __init__(self, cfg, student, teacher, out, data, resume):
+            self.cfg, self.student, self.teacher, self.out = cfg, student, teacher, out
+
+        def fit(self):
+            built.append(self.cfg.lr)
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "train_config.json").write_text(json.dumps(
+                {"config": dataclasses.asdict(self.cfg), "student": str(self.student),
+                 "teacher": str(self.teacher) if self.teacher else None}))
+            (self.out / "summary.json").write_text("{}")
+    monkeypatch.setattr(posttrain.train, "Trainer", FakeTrainer)
+    logs = []
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=logs.append)
+    student, teacher = tmp_path / "s", tmp_path / "t"
+    run = store.posttrained("x", "opd", student, teacher)
+    assert store.posttrained("x", "opd", student, teacher) == run and built == [1e-4]       # reused
+    store.posttrained("x", "opd", student, teacher, lr=3e-4)
+    assert built == [1e-4, 3e-4] and "lr=0.0001 (now 0.0003)" in logs[-2]
+    store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4)
+    assert len(built) == 3 and "teacher=" in logs[-2]
