@@ -47,7 +47,7 @@ def plot(runs: list[Path], out: Path, keys=DEFAULT_KEYS) -> list[Path]:
         curves = {name: (g["step"].tolist(), g[key].astype(float).tolist())
                   for name, g in train.dropna(subset=[key]).groupby("run", sort=False)}
         written.append(plot_lines(curves, out / f"{key}.png", "step", key, title=f"{key} per training step"))
-    for col in [c for c in evals.columns if "avg@" in c]:
+    for col in [c for c in evals.columns if "avg@" in c or c.endswith("_stuck")]:
         curves = {name: (g["train_wall_s"].tolist(), g[col].astype(float).tolist())
                   for name, g in evals.dropna(subset=[col]).groupby("run", sort=False)}
         written.append(plot_lines(curves, out / f"eval_{col.replace('@', '')}.png", "training wall-clock (s)",

@@ -139,12 +139,20 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
 
 
 # ----- scoring -------------------------------------------------------------------------------------
+STUCK_RUN = 4   # a failed episode whose last 4 actions are one action repeated is "stuck" in a loop
+
+
+def is_stuck(actions: list[str], success: bool) -> bool:
+    """Did the episode fail while repeating one action (the loop small models fall into)?"""
+    return not success and len(actions) >= STUCK_RUN and len(set(actions[-STUCK_RUN:])) == 1
+
+
 def score(outcomes: list[dict], k: int) -> list[dict]:
     """Table rows from per-sample outcomes.
 
     Each outcome: ``domain, split, difficulty, task`` (any hashable id), ``success`` (bool) and
-    optionally ``pattern``, ``n_turns``, ``n_invalid``. One row per (domain, split, difficulty)
-    and one ``all`` row per (domain, split); avg@k / pass@k / pattern shares in percent.
+    optionally ``pattern``, ``n_turns``, ``n_invalid``, ``stuck``. One row per (domain, split,
+    difficulty) and one ``all`` row per (domain, split); avg@k / pass@k / stuck / pattern shares in percent.
     """
     by_task: dict[tuple, list[dict]] = {}
     for o in outcomes:
@@ -164,7 +172,8 @@ def score(outcomes: list[dict], k: int) -> list[dict]:
                f"avg@{k}": 100.0 * sum(sum(o["success"] for o in s) / len(s) for s in tasks) / len(tasks),
                f"pass@{k}": 100.0 * sum(any(o["success"] for o in s) for s in tasks) / len(tasks),
                "turns": sum(o.get("n_turns", 0) for o in flat) / len(flat),
-               "invalid": sum(o.get("n_invalid", 0) for o in flat) / len(flat)}
+               "invalid": sum(o.get("n_invalid", 0) for o in flat) / len(flat),
+               "stuck": 100.0 * sum(bool(o.get("stuck")) for o in flat) / len(flat)}
         for p in PATTERN_COLUMNS:
             row[p] = 100.0 * sum(o.get("pattern") == p for o in flat) / len(flat)
         rows.append(row)
@@ -173,11 +182,11 @@ def score(outcomes: list[dict], k: int) -> list[dict]:
 
 def markdown(rows: list[dict], k: int, header: str = "") -> str:
     lines = [header] if header else []
-    lines += [f"| domain | split | difficulty | tasks | avg@{k} | pass@{k} | turns | invalid / episode |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| domain | split | difficulty | tasks | avg@{k} | pass@{k} | turns | invalid / episode | stuck % |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['domain']} | {r['split']} | {r['difficulty']} | {r['tasks']} | {r[f'avg@{k}']:.2f} "
-                     f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} |")
+                     f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} | {r.get('stuck', 0.0):.1f} |")
     lines += ["", "Planning patterns of the sampled outputs (% of samples):", "",
               "| domain | split | difficulty | " + " | ".join(PATTERN_COLUMNS) + " |",
               "|---|---|---|" + "---|" * len(PATTERN_COLUMNS)]
@@ -224,10 +233,12 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
         split, row = rows[j // k]
         outcomes.append({"domain": row["domain"], "split": SPLITS[split], "difficulty": row["difficulty"],
                          "task": row["id"], "sample": j % k, "success": ep.success, "n_turns": ep.n_turns,
-                         "n_invalid": ep.n_invalid, "pattern": classify_trajectory(ep.text), "horizon": row["horizon"],
+                         "n_invalid": ep.n_invalid, "stuck": is_stuck(ep.actions, ep.success),
+                         "pattern": classify_trajectory(ep.text), "horizon": row["horizon"],
                          "actions": ep.actions, "stop_reason": ep.stop_reason, "text": ep.text})
     table = score(outcomes, k)
-    overall = {r["split"]: {f"avg@{k}": r[f"avg@{k}"], f"pass@{k}": r[f"pass@{k}"], "tasks": r["tasks"]}
+    overall = {r["split"]: {f"avg@{k}": r[f"avg@{k}"], f"pass@{k}": r[f"pass@{k}"], "stuck": r["stuck"],
+                            "tasks": r["tasks"]}
                for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
     summary = {"corpus": str(corpus_dir), "k": k, "temperature": temperature, "top_p": top_p, "step_limit": step_limit,
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,

@@ -294,6 +294,7 @@ class Trainer:
         record = {"step": self.step, "eval": True, "train_wall_s": self.train_wall}
         for split, vals in summary["overall"].items():
             record[f"{split}_avg@{k}"], record[f"{split}_pass@{k}"] = vals[f"avg@{k}"], vals[f"pass@{k}"]
+            record[f"{split}_stuck"] = vals["stuck"]      # % of episodes that failed looping on one action
         return record
 
     def fit(self) -> dict:

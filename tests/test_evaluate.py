@@ -45,6 +45,15 @@ def test_avg_and_pass_at_k_on_hand_made_outcomes():
     assert order == [("ID", "short"), ("ID", "long"), ("ID", "all"), ("OOD", "short"), ("OOD", "all")]
 
 
+def test_a_failed_episode_repeating_one_action_is_stuck():
+    from posttrain.evaluate import is_stuck
+    loop = ["gather a", "gather b", "gather b", "gather b", "gather b"]
+    assert is_stuck(loop, False) and not is_stuck(loop, True)          # a success is never stuck
+    assert not is_stuck(loop[:4], False) and not is_stuck(["x"] * 3, False)
+    outs = [{**outcome("a", False), "stuck": i < 2} for i in range(8)]
+    assert score(outs, 8)[0]["stuck"] == pytest.approx(25.0)
+
+
 def test_select_rows_keeps_the_first_n_per_cell():
     rows = [{"domain": d, "difficulty": b, "id": i} for i, (d, b) in
             enumerate([("fa", "short"), ("fa", "short"), ("fa", "mid"), ("lf", "short"), ("fa", "short")])]
