@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.artifacts import EVAL_K, Store, cell
 from analysis.figures import plot_frontier, plot_loss_budget, plot_per_turn_kl
+from analysis.info import forced_mass, top1_from_logits
 from analysis.measures import (compare_loss_budgets, least_time_table, logs_frame, per_turn_kl, same_step_table,
                                speedup_table)
 from analysis.paper_numbers import fmt, paper
@@ -114,12 +115,18 @@ def main_table(store: Store) -> Report:
                       "logs": logs.to_dict("records")}
     report.figures.append(plot_frontier(logs, out / "frontier.png", title="ID avg@8 vs training wall-clock"))
 
-    curves, budget = turn_kl_probe({"student (before)": student, **runs}, teacher, seed=store.seed)
+    curves, budget, forced = turn_kl_probe({"student (before)": student, **runs}, teacher, seed=store.seed)
     report.results["per_turn_kl"] = {k: v.reset_index().to_dict("records") for k, v in curves.items()}
     report.results["loss_budget"] = budget.reset_index().to_dict("records")
     report.figures.append(plot_per_turn_kl(curves, out / "per_turn_kl.png",
                                            title="Per-turn reverse KL to the teacher (top-50)"))
     report.figures.append(plot_loss_budget(budget, out / "loss_budget.png"))
+    lam = pd.DataFrame(forced)
+    report.results["forced_mass"] = {k: v.to_dict() for k, v in forced.items()}
+    report.add("Forced-mass proxy lambda by turn depth: share of a model's agent positions on its own rollouts "
+               "where it and the teacher both put > 0.9 on the same top-1 token (TurnOPD's explanation of "
+               "deep-turn KL decay, which its paper does not measure)",
+               ["depth", *lam.columns], [[int(d), *r.tolist()] for d, r in lam.iterrows()])
     report.add("Loss-budget share (%) by turn depth on the student's rollouts: token-proportional (alpha=0), "
                "half blend, turn-normalised (alpha=1)",
                ["depth", *budget.columns], [[int(d), *(100 * r).tolist()] for d, r in budget.iterrows()])
@@ -163,10 +170,13 @@ def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame,
 
 
 # ----------------------------------------------------------------------------- per-turn KL probe
-def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, group: int = 2, seed: int = 0):
+def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, group: int = 2, seed: int = 0,
+                  **rollout_settings):
     """Per-turn reverse KL (top-50) of each model's own rollouts to the teacher, on the same
-    ``n_tasks`` mid/long posttrain tasks x ``group`` samples, and the first model's loss-budget
-    shares under alpha = 0, 0.5, 1. Small on purpose: one rollout batch per model."""
+    ``n_tasks`` mid/long posttrain tasks x ``group`` samples; the first model's loss-budget shares
+    under alpha = 0, 0.5, 1; and each model's forced-mass proxy lambda by turn depth (a Series
+    indexed by depth). Small on purpose: one rollout batch per model. ``rollout_settings`` go to
+    `posttrain.rollout.RolloutConfig` (sampling is at temperature 1, as in training)."""
     import torch
 
     from posttrain import losses
@@ -182,23 +192,25 @@ def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, grou
     rows = ([r for r in rows if r["difficulty"] == "long"] + [r for r in rows if r["difficulty"] == "mid"]
             + rows)[:n_tasks]
     tasks = [task_for_row(worlds, r) for r in rows for _ in range(group)]
-    curves, budget = {}, None
+    curves, budget, forced = {}, None, {}
     for label, path in models.items():
         model, tok, _ = load_model_and_tokenizer(run_dir=path)
         model.eval()
         pad = special_ids(tok).pad
         with torch.no_grad():
-            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0), seed=seed)
+            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, **rollout_settings), seed=seed)
             b = ro.batch(pad)
             ids, attn = b["input_ids"], b["attention_mask"]
             mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]
             logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
             t_logits = tmodel(input_ids=ids, attention_mask=attn).logits[:, :-1]
             kl = losses.reverse_kl_topk(logits, mask, TOPK, teacher_logits=t_logits)
+            lam = forced_mass(*top1_from_logits(logits), *top1_from_logits(t_logits), turn, mask)
         curves[label] = per_turn_kl(kl, turn, mask)
+        forced[label] = lam.set_index("depth")["lambda"]
         if budget is None:
             budget = compare_loss_budgets(turn, mask, alphas=(0.0, 0.5, 1.0))
-    return curves, budget
+    return curves, budget, forced
 
 
 # ----------------------------------------------------------------------------- ablation

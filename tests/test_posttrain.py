@@ -199,6 +199,20 @@ def test_mopd_cascade_evaluates_every_stage(student, teacher_b):
     assert (out / "mopd.md").read_text().count("|") > 8
 
 
+def test_turn_probe_kl_is_zero_to_oneself_and_forced_mass_is_largest_there(student, teacher_b):
+    """(An analysis measurement, tested here for this module's trained runs.) Forced positions to
+    another teacher are a subset of the student's confident positions, which are exactly its forced
+    positions to itself: lambda(self) >= lambda(other) at every depth."""
+    from analysis.repro_turnopd import turn_kl_probe
+    root, run = student
+    settings = dict(n_tasks=2, group=2, step_limit=3, max_turn_tokens=12)
+    self_kl, budget, self_lam = turn_kl_probe({"s": run}, run, **settings)
+    other_kl, _, other_lam = turn_kl_probe({"s": run}, teacher_b, **settings)
+    assert (self_kl["s"]["kl"].abs() < 1e-5).all() and (other_kl["s"]["kl"] > 1e-4).any()
+    assert ((self_lam["s"] >= other_lam["s"]) & (other_lam["s"] >= 0) & (self_lam["s"] <= 1)).all()
+    assert list(budget.columns) and budget.sum().round(6).eq(1.0).all()
+
+
 def test_teacher_with_another_vocabulary_is_refused(student, tmp_path):
     root, run = student
     other = tmp_path / "other"

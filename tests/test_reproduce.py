@@ -245,3 +245,13 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
     assert built == [1e-4, 3e-4] and "lr=0.0001 (now 0.0003)" in logs[-2]
     store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4)
     assert len(built) == 3 and "teacher=" in logs[-2]
+
+
+def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():
+    from analysis.repro_pretrain import sample_information
+    samples = [{"split": "ID", "task": t, "pattern": "T1", "actions": [f"make {t}", "done"]}
+               for t in "abcd" for _ in range(8)]
+    samples += [{"split": "OOD", "task": "z", "pattern": "D1", "actions": []}]         # another split: ignored
+    info = sample_information(samples)
+    assert info["I(task;pattern)"] == pytest.approx(0.0, abs=1e-9)                  # one pattern for every task
+    assert info["I(task;knowledge)"] == pytest.approx(2.0, abs=0.1)                  # the actions name the task
