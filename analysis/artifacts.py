@@ -66,7 +66,6 @@ class Store:
     log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
     seed: int = 0      # trains and samples every model of this store; the corpora are shared
 
-
     def __post_init__(self):
         if self.scale not in BUDGETS:
             raise ReproductionError(f"unknown scale {self.scale!r} (choose one of {', '.join(BUDGETS)})")
