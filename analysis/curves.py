@@ -59,29 +59,28 @@ def plot(runs: list[Path], out: Path, keys=DEFAULT_KEYS) -> list[Path]:
 def comparison(runs: list[Path], reference: str, split: str = "ID") -> str:
     """Markdown: same-step, least-time and time-to-target tables of ``runs`` (``split`` avg@k, with
     the k the runs evaluated with); runs without evaluations only count in the least-time table."""
-    from analysis.measures import least_time_table, logs_frame, same_step_table, speedup_table
+    from analysis.measures import least_time_table, same_step_table, speedup_table
     from analysis.report import md_table
-    from analysis.repro_turnopd import _int, log_rows
-    names = [Path(r).name for r in runs]
-    if len(set(names)) < len(names):
-        raise ValueError(f"runs need distinct folder names to be compared ({', '.join(names)})")
-    if reference not in names:
-        raise ValueError(f"--reference {reference!r} is not one of the runs ({', '.join(names)})")
-    records = {name: load(r).to_dict("records") for name, r in zip(names, runs)}
-    ks = {int(key.split("@")[1]) for recs in records.values() for r in recs for key in r
-          if key.startswith(f"{split}_avg@") and r[key] == r[key]}
+    from analysis.repro_shaping import metrics
+    from analysis.repro_turnopd import _int, frame
+    named = {Path(r).name: Path(r) for r in runs}
+    if len(named) < len(runs):
+        raise ValueError(f"runs need distinct folder names to be compared ({', '.join(Path(r).name for r in runs)})")
+    if reference not in named:
+        raise ValueError(f"--reference {reference!r} is not one of the runs ({', '.join(named)})")
+    ks = {int(key.split("@")[1]) for run in named.values() for r in metrics(run) for key in r
+          if key.startswith(f"{split}_avg@")}
     if len(ks) != 1:
         raise ValueError(f"the runs need evaluations with one k to be compared (found {split}_avg@k for k in "
                          f"{sorted(ks) or 'none'})")
     k = ks.pop()
-    if not any(f"{split}_avg@{k}" in r for r in records[reference]):
+    if not any(f"{split}_avg@{k}" in r for r in metrics(named[reference])):
         raise ValueError(f"the reference run {reference} has no {split}_avg@{k} evaluation")
-    logs = logs_frame(pd.concat([log_rows(recs, name, split, k) for name, recs in records.items()],
-                                ignore_index=True))
+    logs = frame(named, split, k=k)
     same, least, speed = same_step_table(logs), least_time_table(logs), speedup_table(logs, reference)
     acc = f"{split} avg@{k}"
     return "\n".join([
-        f"# {' vs '.join(names)}", "", "Training wall-clock is rollout + scoring + update (evaluations excluded).", "",
+        f"# {' vs '.join(named)}", "", "Training wall-clock is rollout + scoring + update (evaluations excluded).", "",
         f"**Same step ({int(same['step'].iloc[0])}, the last step every run evaluated)**", "",
         md_table(["run", "eval step", acc, "train wall (s)"],
                  [[m, _int(r["eval_step"]), r["acc"], r["wall"]] for m, r in same.iterrows()]),

@@ -50,10 +50,10 @@ def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_
     return pd.DataFrame(rows, columns=["method", "step", "wall", "acc", "depth", "cap"])
 
 
-def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None) -> pd.DataFrame:
+def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None, k: int = EVAL_K) -> pd.DataFrame:
     """Logs of all runs; ``start`` (the shared student's evaluation summary) becomes every run's
     step-0 point, so the runs need not each re-evaluate the same model (``eval_at_start=False``)."""
-    parts = [log_rows(metrics(r), m, split) for m, r in runs.items()]
+    parts = [log_rows(metrics(r), m, split, k) for m, r in runs.items()]
     if start is not None:
         acc = cell(start, split, "all")
         parts += [pd.DataFrame([{"method": m, "step": 0, "wall": 0.0, "acc": acc}]) for m in runs]

@@ -186,7 +186,7 @@ def markdown(rows: list[dict], k: int, header: str = "") -> str:
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['domain']} | {r['split']} | {r['difficulty']} | {r['tasks']} | {r[f'avg@{k}']:.2f} "
-                     f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} | {r.get('stuck', 0.0):.1f} |")
+                     f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} | {r['stuck']:.1f} |")
     lines += ["", "Planning patterns of the sampled outputs (% of samples):", "",
               "| domain | split | difficulty | " + " | ".join(PATTERN_COLUMNS) + " |",
               "|---|---|---|" + "---|" * len(PATTERN_COLUMNS)]
