@@ -29,6 +29,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
 from pretrain.config import UsageError
@@ -200,9 +201,10 @@ def markdown(rows: list[dict], k: int, header: str = "") -> str:
 def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0.4, top_p: float = 1.0,
              step_limit: int = 20, max_tasks_per_cell: int | None = None, batch_size: int = 64,
              max_turn_tokens: int = 192, max_total_tokens: int | None = None, seed: int = 0,
-             out_dir=None, progress: bool = True) -> dict:
-    """Evaluate ``model`` on the corpus's test_id / test_ood tasks; write files to ``out_dir``
-    when given; return the summary (also ``summary.json``)."""
+             splits: Sequence[str] = ("ID", "OOD"), out_dir=None, progress: bool = True) -> dict:
+    """Evaluate ``model`` on the corpus's test_id / test_ood tasks (``splits``: the ones to run,
+    e.g. only the target split ``("ID",)``, at half the cost); write files to ``out_dir`` when
+    given; return the summary (also ``summary.json``)."""
     from tqdm import tqdm
 
     from posttrain.backend import HFPolicy
@@ -211,14 +213,17 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
 
     if k < 1:
         raise UsageError("--k must be at least 1")
+    unknown = sorted(set(splits) - set(SPLITS.values()))
+    if unknown or not splits:
+        raise UsageError(f"unknown split(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SPLITS.values())}")
     corpus_dir = Path(corpus_dir)
     worlds = load_worlds(corpus_dir)
     rows = []
-    for split in SPLITS:
-        if (corpus_dir / f"{split}.jsonl").is_file():
+    for split, name in SPLITS.items():
+        if name in splits and (corpus_dir / f"{split}.jsonl").is_file():
             rows += [(split, r) for r in select_rows(load_rows(corpus_dir, split), max_tasks_per_cell)]
     if not rows:
-        raise UsageError(f"corpus {corpus_dir} has no test_id.jsonl or test_ood.jsonl rows")
+        raise UsageError(f"corpus {corpus_dir} has no {' or '.join(f'test_{s.lower()}.jsonl' for s in splits)} rows")
     tasks = [task_for_row(worlds, r) for _, r in rows]
     limit = max_total_tokens or min(4096, getattr(model.config, "max_position_embeddings", 4096))
     cfg = RolloutConfig(temperature=temperature, top_p=top_p, max_turn_tokens=max_turn_tokens, step_limit=step_limit,
@@ -242,7 +247,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
     summary = {"corpus": str(corpus_dir), "k": k, "temperature": temperature, "top_p": top_p, "step_limit": step_limit,
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
-               "max_tasks_per_cell": max_tasks_per_cell,
+               "max_tasks_per_cell": max_tasks_per_cell, "splits": list(splits),
                "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
                "generated_tokens": ro.generated_tokens, "overall": overall, "table": table}
     if out_dir is not None:
@@ -283,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-total-tokens", type=int, help="default: min(4096, the model's max positions)")
     p.add_argument("--batch-size", type=int, default=64, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--splits", default="ID,OOD", help="comma-separated test splits to run (ID, OOD)")
     p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -313,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = evaluate(model, tokenizer, corpus, k=args.k, temperature=args.temperature, top_p=args.top_p,
                            step_limit=args.step_limit, max_tasks_per_cell=args.max_tasks_per_cell,
                            batch_size=args.batch_size, max_turn_tokens=args.max_turn_tokens,
-                           max_total_tokens=args.max_total_tokens, seed=args.seed, out_dir=out,
+                           max_total_tokens=args.max_total_tokens, seed=args.seed,
+                           splits=tuple(x.strip() for x in args.splits.split(",") if x.strip()), out_dir=out,
                            progress=not args.quiet)
     except (UsageError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

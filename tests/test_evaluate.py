@@ -101,10 +101,14 @@ def test_evaluate_function_summary(assets):  # noqa: F811
         assert 0 <= s["overall"][split]["avg@3"] <= s["overall"][split]["pass@3"] <= 100
     assert sum(r["samples"] for r in s["table"] if r["difficulty"] != "all") == 18
     assert s["overall"]["ID"]["tasks"] == s["overall"]["OOD"]["tasks"] == 3
+    only_id = evaluate(assets["model"], assets["tokenizer"], assets["corpus"], k=2, max_tasks_per_cell=1,
+                       step_limit=1, max_turn_tokens=4, splits=("ID",), progress=False)
+    assert only_id["episodes"] == 6 and set(only_id["overall"]) == {"ID"} and only_id["splits"] == ["ID"]
+    assert {r["split"] for r in only_id["table"]} == {"ID"}
 
 
 @pytest.mark.parametrize("case", ["missing_run", "no_checkpoint", "corrupt_checkpoint", "unknown_corpus",
-                                  "model_without_data", "bad_k"])
+                                  "model_without_data", "bad_k", "bad_split"])
 def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
     ckpt = run_dir / "checkpoints" / "step_000001"
     args = ["--run", str(run_dir), *FAST]
@@ -120,6 +124,8 @@ def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
         args = ["--model", str(ckpt)]
     elif case == "bad_k":
         args += ["--k", "0"]
+    elif case == "bad_split":
+        args += ["--splits", "ID,train"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]
