@@ -35,7 +35,9 @@ from planning_gym.config import CorpusConfig
 # Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
 # (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
 BUDGETS: dict[str, dict] = {
-    "tiny": dict(eval_tasks_per_cell=4, student_step=200,
+    # tiny is a smoke test of every code path, so one task per cell (x 8 samples): most of
+    # `reproduce-all`'s cost is evaluating weak models whose episodes run to the step limit.
+    "tiny": dict(eval_tasks_per_cell=1, student_step=200,
                  posttrain=dict(steps=6, tasks_per_step=2, group_size=4, lr=1e-4, eval_every=3)),
     # small on a 2-core CPU: an OPD step on 8 episodes of ~2 000 tokens costs about a minute
     # (world-model turns make long sequences), so runs are short and take a larger learning rate.
