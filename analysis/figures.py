@@ -145,7 +145,7 @@ def plot_token_probabilities(tokens: Sequence[str], rows: Mapping[str, Sequence[
             rgb[r, :hi - lo] = cmaps[r](np.clip(probs[r, lo:hi], 0, 1))[:, :3]
         ax.imshow(rgb, aspect="auto", interpolation="nearest")
         ax.set_yticks(range(len(names)), names, fontsize=7)
-        labels = [t.replace("\n", "\\n") for t in tokens[lo:hi]]
+        labels = ["".join(c if c.isprintable() else repr(c)[1:-1] for c in t) for t in tokens[lo:hi]]
         ax.set_xticks(range(hi - lo))
         ax.set_xticklabels(labels, rotation=90, fontsize=6, parse_math=False)
         ax.xaxis.tick_top()

@@ -185,8 +185,9 @@ def knowledge_mismatch(store: Store) -> Report:
     for fig, (label, (tokens, probs)) in zip(("fig14", "fig15"), strips.items()):
         report.figures.append(plot_token_probabilities(tokens, probs, out / f"{fig}_token_probs.png",
                                                        title=f"Token probabilities on a {label} rollout"))
-    report.notes.append(f"crossed-teacher ID change vs matched: {change['ID']:+.1f}% (paper −12.9%); OOD "
-                        f"{change['OOD']:+.1f}%. The student starts from the A model's step-{store.budget['student_step']} "
+    pct = {split: f"{v:+.1f}%" if v == v else "undefined (the matched arm scores 0)" for split, v in change.items()}
+    report.notes.append(f"crossed-teacher ID change vs matched: {pct['ID']} (paper −12.9%); OOD "
+                        f"{pct['OOD']}. The student starts from the A model's step-{store.budget['student_step']} "
                         "checkpoint, the matched teacher is that model's final checkpoint.")
     return report
 

@@ -1,0 +1,372 @@
+"""Every reproduction table, end to end, against a fake artifact store.
+
+Why: most tables of `analysis.reproduce` only run after hours of training, so a key error, a NaN
+in a format string or a wrong path in their report-building code would surface at the very end of
+a long run.  Here the *stages* are faked, not the tables: pre-training and post-training write
+run folders of the real layout (``train_config.json``, ``summary.json``, ``metrics.jsonl``,
+``eval/step_N/``, ``checkpoints/step_N/`` with loadable weights of a tiny Qwen2 and its tokenizer,
+MOPD's real cascade driver on top), evaluations are synthetic but deterministic functions of the
+evaluated model, and each table runs through `reproduce.main` at scale tiny (one task per cell).
+The real rollouts of Table 4's token views and the TurnOPD probe run on the tiny random model.
+Assertions check that each table's numbers are the ones that follow from the fake evaluations.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from analysis import artifacts, reproduce
+from analysis.artifacts import EVAL_K, Store
+from analysis.params import load_state_dict
+from analysis.report import cell_text
+from analysis.repro_merge import final_checkpoint
+from posttrain.evaluate import DIFFICULTIES as DIFFS, PATTERN_COLUMNS, score
+from posttrain.teachers import REGIMES
+from pretrain.tokenizer import save_tokenizer
+from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, tokenizer, random model)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PRETRAIN_STEPS = (100, 200, 300)                 # the tiny preset's checkpoints (ckpt_every 100)
+POST_STEP = 1e-4                                 # how far one fake post-training step moves the weights
+
+
+def successes(key: str, domain: str, split: str, difficulty: str, task: int = 0) -> int:
+    """Successful samples (of 8) of a model on one task: the fake evaluation's ground truth.  The
+    main OPD run solves no ID task, as tiny models mostly do, so Table 4's relative change and
+    TurnOPD's time to OPD's accuracy meet a zero reference."""
+    if "turnopd-main-opd" in key and split == "ID":
+        return 0
+    return zlib.crc32(f"{key}|{domain}|{split}|{difficulty}|{task}".encode()) % (EVAL_K + 1)
+
+
+def fake_score(key: str, split: str, difficulty: str, metric: str = "avg@8", domains=("fa",)) -> float:
+    """What `artifacts.cell` must read from a fake evaluation (one task per cell, as at tiny)."""
+    diffs = DIFFS if difficulty == "all" else (difficulty,)
+    n = [successes(key, d, split, k) for d in domains for k in diffs]
+    return float(np.mean([100.0 * (x / EVAL_K if metric == "avg@8" else x > 0) for x in n]))
+
+
+def key_of(store: Store, model: Path, corpus: Path | None = None) -> str:
+    return store._eval_dir(Path(model), corpus).name     # the evaluation cache's name for this model
+
+
+def corpus_of(model: Path) -> Path:
+    run = Path(model).parent.parent if (Path(model) / "trainer_state.json").is_file() else Path(model)
+    return Path(json.loads((run / "train_config.json").read_text())["data"])
+
+
+def write_evaluation(out: Path, key: str, corpus: Path, tasks_per_cell: int, seed: int) -> dict:
+    """summary.json and samples.jsonl as `posttrain.evaluate.evaluate` writes them, with outcomes
+    drawn from `successes`; the domains are the corpus's (its name starts with them)."""
+    outcomes = []
+    for domain, split, diff, t in itertools.product(corpus.name.split("-")[0].split("+"), ("ID", "OOD"), DIFFS,
+                                                    range(tasks_per_cell)):
+        n, task = successes(key, domain, split, diff, t), f"{domain}-{split}-{diff}-{t}"
+        for s in range(EVAL_K):
+            h = zlib.crc32(f"{key}|{task}|{s}".encode())
+            outcomes.append({"domain": domain, "split": split, "difficulty": diff, "task": task, "sample": s,
+                             "success": s < n, "n_turns": 3, "n_invalid": h % 2, "stuck": False,
+                             "pattern": PATTERN_COLUMNS[h % len(PATTERN_COLUMNS)], "horizon": 3,
+                             "actions": [f"go {h % 3}", f"take {task}" if s < n else None],
+                             "stop_reason": "success" if s < n else "step_limit", "text": "..."})
+    table = score(outcomes, EVAL_K)
+    overall = {r["split"]: {"avg@8": r["avg@8"], "pass@8": r["pass@8"], "stuck": r["stuck"], "tasks": r["tasks"]}
+               for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], EVAL_K)}
+    summary = {"corpus": str(corpus), "k": EVAL_K, "seed": seed, "max_tasks_per_cell": tasks_per_cell,
+               "overall": overall, "table": table}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary))
+    (out / "samples.jsonl").write_text("".join(json.dumps(o) + "\n" for o in outcomes))
+    return summary
+
+
+@dataclasses.dataclass
+class Fakes:
+    """The fake stages; ``base`` is the tiny model's state (tied lm_head left out, as saved)."""
+    assets: dict
+    home: Path
+
+    def __post_init__(self):
+        self.base = {k: v.clone() for k, v in self.assets["model"].state_dict().items() if k != "lm_head.weight"}
+
+    def noise(self, key: str) -> dict:
+        g = torch.Generator().manual_seed(zlib.crc32(key.encode()))
+        return {k: torch.randn(v.shape, generator=g) for k, v in self.base.items()}
+
+    def write_checkpoint(self, run: Path, step: int, state: dict) -> Path:
+        ckpt = run / "checkpoints" / f"step_{step:06d}"
+        self.assets["model"].save_pretrained(str(ckpt), state_dict=dict(state))   # it empties the dict
+        save_tokenizer(self.assets["tokenizer"], ckpt)
+        (ckpt / "trainer_state.json").write_text(json.dumps({"format": 1, "step": step}))
+        return ckpt
+
+    def corpus(self, store: Store, **changes) -> Path:
+        out = store.data_dir / store.corpus_config(**changes).name
+        if not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.symlink_to(self.assets["corpus"].resolve(), target_is_directory=True)
+        return out
+
+    def pretrain(self, argv: list[str]) -> int:
+        """`pretrain.train.main`: each run is the tiny model plus its own random direction."""
+        data, out = Path(argv[argv.index("--data") + 1]), Path(argv[argv.index("--out") + 1])
+        if not (out / "tokenizer" / "tokenizer.json").is_file():       # a family member keeps the base's
+            save_tokenizer(self.assets["tokenizer"], out / "tokenizer")
+        (out / "train_config.json").write_text(json.dumps({"data": str(data), "config": {"scale": "tiny"}}))
+        direction = self.noise(out.name)
+        for step in PRETRAIN_STEPS:
+            ckpt = self.write_checkpoint(out, step, {k: v + 0.02 * step / 300 * direction[k]
+                                                     for k, v in self.base.items()})
+        (out / "summary.json").write_text(json.dumps({"checkpoint": str(ckpt), "step": step}))
+        return 0
+
+    def evaluation(self, store: Store, model: Path, corpus: Path | None = None) -> dict:
+        """`Store.evaluation` without the model: a run's own final evaluation, else the cache."""
+        own = corpus is None and store._final_eval(Path(model))
+        if own:
+            return own
+        out = store._eval_dir(Path(model), corpus)
+        if not (out / "summary.json").is_file():
+            write_evaluation(out, out.name, Path(corpus or corpus_of(model)), store.budget["eval_tasks_per_cell"],
+                             store.seed)
+        return {**json.loads((out / "summary.json").read_text()), "_dir": str(out)}
+
+
+class FakeTrainer:
+    """`posttrain.train.Trainer`: writes what ``fit`` writes.  OPD-family runs step along one fixed
+    direction, GRPO along a fresh random one each step; TurnOPD's adaptive depth halves the wall
+    time per step (1 s vs 2 s, TCOD-F2B 1.5 s) and the rollout depth (5 vs 8)."""
+    fakes: Fakes
+
+    def __init__(self, cfg, student, teacher, out, data, resume):
+        self.cfg, self.student, self.teacher, self.out = cfg, Path(student), teacher, Path(out)
+        self.data = Path(data) if data else corpus_of(final_checkpoint(self.student))
+
+    def evaluate(self, step: int, wall: float) -> dict:
+        key = artifacts._slug(self.out / "checkpoints" / f"step_{step:06d}", self.fakes.home)
+        s = write_evaluation(self.out / "eval" / f"step_{step:06d}", key, self.data, self.cfg.eval_tasks_per_cell,
+                             self.cfg.seed)
+        return {"step": step, "eval": True, "train_wall_s": wall,
+                **{f"{sp}_{m}": v[m] for sp, v in s["overall"].items() for m in ("avg@8", "pass@8", "stuck")}}
+
+    def fit(self) -> dict:
+        cfg, out, fakes = self.cfg, self.out, self.fakes
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "train_config.json").write_text(json.dumps(
+            {"kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
+             "student": str(self.student), "teacher": str(self.teacher) if self.teacher else None}))
+        adaptive = cfg.method == "turnopd" and cfg.adaptive_depth
+        per_step = 1.0 if adaptive else 1.5 if cfg.method == "tcod" else 2.0
+        state = load_state_dict(final_checkpoint(self.student))
+        direction, records = fakes.noise(str(out)), []
+        if cfg.eval_every and cfg.eval_at_start:
+            records.append(self.evaluate(0, 0.0))
+        for step in range(1, cfg.steps + 1):
+            move = direction if cfg.method != "grpo" else fakes.noise(f"{out}|{step}")
+            state = {k: v + POST_STEP * move[k] for k, v in state.items()}
+            records.append({"step": step, "method": cfg.method, "loss": 1.0 / step,
+                            "kl": None if cfg.method == "grpo" else 0.5 / step, "entropy": 2.0 - step / 10,
+                            "reward": 0.1 * step, "success": 0.1 * step, "depth": 5.0 if adaptive else 8.0,
+                            "cap": 4 if adaptive else None, "train_wall_s": per_step * step})
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+                records.append(self.evaluate(step, per_step * step))
+            if cfg.ckpt_every and step % cfg.ckpt_every == 0 and step < cfg.steps:
+                fakes.write_checkpoint(out, step, state)
+        records.append(self.evaluate(cfg.steps, per_step * cfg.steps))
+        ckpt = fakes.write_checkpoint(out, cfg.steps, state)
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        summary = {"checkpoint": str(ckpt), "final_eval": records[-1], "train_wall_s": per_step * cfg.steps}
+        (out / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+
+@pytest.fixture(scope="module")
+def store(assets, tmp_path_factory):  # noqa: F811
+    """A tiny store whose stages are the fakes; the tables share it, as `reproduce all` does."""
+    import posttrain.mopd
+    import posttrain.train
+    import pretrain.train
+    store = Store("tiny", Path("runs/reproduce"), Path("data"), log=lambda m: None)   # relative, as in `make`
+    fakes = Fakes(assets, store.home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("reproduce"))
+        mp.setattr(pretrain.train, "main", fakes.pretrain)
+        mp.setattr(Store, "corpus", lambda self, **changes: fakes.corpus(self, **changes))
+        mp.setattr(Store, "evaluation", lambda self, model, corpus=None: fakes.evaluation(self, model, corpus))
+        mp.setattr(FakeTrainer, "fakes", fakes, raising=False)
+        mp.setattr(posttrain.train, "Trainer", FakeTrainer)
+        mp.setattr(posttrain.mopd, "Trainer", FakeTrainer)
+        yield store
+
+
+def run_dir(store: Store, name: str) -> Path:
+    return store.home / "posttrain" / name
+
+
+def run_score(store: Store, name: str, split: str = "ID", difficulty: str = "all") -> float:
+    """The fake avg@8 of post-training run ``name`` (its final checkpoint)."""
+    return fake_score(key_of(store, run_dir(store, name)), split, difficulty)
+
+
+def check_fig3_4(store, r, md):
+    wm, di = (key_of(store, store.pretrained(**c)) for c in ({}, {"cot_format": "direct"}))
+    for d in (*DIFFS, "all"):
+        assert r[f"ID/{d}"]["gain"] == pytest.approx(fake_score(wm, "ID", d) - fake_score(di, "ID", d))
+    a, b = fake_score(wm, "ID", "long"), fake_score(di, "ID", "long")
+    assert f"| long | {cell_text(a)} | {cell_text(b)} | {cell_text(a - b)} |" in md
+    scaling = {(e["arm"], e["step"], e["difficulty"]): e["avg@8"] for e in r["scaling"]}
+    early = key_of(store, store.checkpoint(store.pretrained(cot_format="direct"), 100))
+    assert len(scaling) == 18 and scaling[("direct", 100, "mid")] == pytest.approx(fake_score(early, "ID", "mid"))
+
+
+def check_table1(store, r, md):
+    from analysis.repro_pretrain import MIXES
+    for mix in MIXES:
+        key = key_of(store, store.pretrained(horizon_mix=mix))
+        for d in DIFFS:
+            for m in ("avg@8", "pass@8"):
+                assert r["/".join(map(str, mix))][f"{d} {m}"] == pytest.approx(fake_score(key, "ID", d, m))
+
+
+def check_fig6(store, r, md):
+    from analysis.repro_pretrain import QUALITIES
+    for q in QUALITIES:
+        run = store.pretrained(patterns=q)
+        patterns = [o["pattern"] for o in store.samples(run)]
+        assert r[q]["suboptimal pattern %"] == pytest.approx(100 * np.mean([p.startswith("D") for p in patterns]))
+        assert r[q]["long avg@8"] == pytest.approx(fake_score(key_of(store, run), "ID", "long"))
+        assert all(isinstance(r[q][i], float) for i in ("I(task;pattern)", "I(task;knowledge)"))
+
+
+def check_fig7(store, r, md):
+    from analysis.repro_shaping import QUALITIES
+    for q in QUALITIES:
+        before = key_of(store, store.pretrained(patterns=q))
+        for d in DIFFS:
+            base = fake_score(before, "ID", d)
+            assert r[f"{q}/{d}"]["baseline"] == pytest.approx(base)
+            for method in ("grpo", "opd"):
+                delta = run_score(store, f"fig7-{method}-{q}-{d}", "ID", d) - base
+                assert r[f"{q}/{d}"][f"{method} avg"] == pytest.approx(delta)
+                label = "unnecessary" if base >= 90 else "effective" if delta >= 2 else "unsupported"
+                assert r["regions"][method.upper()][d][q] == label
+
+
+def check_fig9_10(store, r, md):
+    # OPD's fake steps share one direction, GRPO's are independent: cosines 1 vs about 0
+    assert r["opd"]["consecutive_cosines"] == pytest.approx([1.0] * 5, abs=1e-3)
+    assert abs(np.mean(r["grpo"]["consecutive_cosines"])) < 0.05
+    assert [row["step"] for row in r["opd"]["subspace"]] == [1, 2, 3, 4, 5]
+    assert all(row["mean"] == pytest.approx(1.0, abs=1e-3) for row in r["opd"]["subspace"])
+    assert "— ours agrees" in md
+
+
+def check_table4(store, r, md):
+    m, c = (run_score(store, n) for n in ("turnopd-main-opd", "table4-opd-crossed"))
+    assert (r["after OPD, teacher A"]["ID"], r["after OPD, teacher B"]["ID"]) == pytest.approx((m, c))
+    assert m == 0 and r["crossed vs matched %"]["ID"] is None and "ID change vs matched: undefined" in md
+    m, c = (run_score(store, n, "OOD") for n in ("turnopd-main-opd", "table4-opd-crossed"))
+    assert r["crossed vs matched %"]["OOD"] == pytest.approx(100 * (c - m) / m)
+    on_a = key_of(store, store.pretrained(recipe="B"), store.corpus())
+    assert r["teacher B on recipe-A tasks"]["OOD"] == pytest.approx(fake_score(on_a, "OOD", "all"))
+    student = key_of(store, store.checkpoint(store.pretrained()))
+    assert r["student A (before)"]["ID"] == pytest.approx(fake_score(student, "ID", "all"))
+    assert {g["group"][0] for g in r["token_kl"]} == {"teacher A (matched)", "teacher B (crossed)"}
+    assert all(g["count"] >= 1 and g["mean"] > 0 for g in r["token_kl"])
+
+
+def check_mopd(store, r, md):
+    from analysis.repro_merge import CASCADE, build
+    assert set(REGIMES) <= set(r)
+    for regime in REGIMES:
+        a, scores = build(store, regime), r[regime]["scores"]
+        for d in CASCADE:
+            def ids(model, corpus=None, d=d):
+                return fake_score(key_of(store, model, corpus), "ID", "all", domains=(d,))
+            assert scores["Instruct"][f"{d}/ID"] == pytest.approx(ids(a["student"]))
+            assert scores[f"Teacher {d.upper()}"][f"{d}/ID"] == pytest.approx(ids(a["teachers"][d], a["corpus"]))
+            assert scores[f"After {d.upper()}"][f"{d}/ID"] == pytest.approx(ids(a["stages"][d]))
+            assert r[regime]["teacher_own_corpus_ID"][d] == pytest.approx(ids(a["teachers"][d]))
+        fa_lost = scores["After EA"]["fa/ID"] - scores["After FA"]["fa/ID"]
+        assert r[regime]["forgetting_ID"]["fa"] == pytest.approx(fa_lost)
+        shares = r[regime]["patterns"]["lf"]["After EA"]
+        assert sum(shares.values()) == pytest.approx(1.0)
+        assert [s["teacher"] for s in json.loads((a["run"] / "mopd.json").read_text())] == list(CASCADE)
+
+
+def check_fig22(store, r, md):
+    from analysis.repro_merge import build
+    a = build(store, "shared_compatible")
+    assert r["labels"] == ["Instruct", "MOPD 1", "MOPD 2", "MOPD 3", "Teacher FA", "Teacher LF", "Teacher EA"]
+    w = [load_state_dict(final_checkpoint(p)) for p in (a["student"], a["stages"]["fa"], a["teachers"]["lf"])]
+    dist = lambda x, y: float(sum(((x[k].double() - y[k].double()) ** 2).sum() for k in x)) ** 0.5  # noqa: E731
+    assert r["distances"][0][1] == pytest.approx(dist(w[0], w[1]), rel=1e-3)
+    assert r["distances"][0][5] == pytest.approx(dist(w[0], w[2]), rel=1e-3)
+    assert np.array(r["pca"]).shape == (7, 2) and "MOPD stays far closer to Instruct" in md
+
+
+def check_turnopd(store, r, md):
+    from analysis.repro_turnopd import METHODS
+    same = {row["method"]: row for row in r["same_step"]}
+    least = {row["method"]: row for row in r["least_time"]}
+    for label, method in METHODS.items():
+        acc = run_score(store, f"turnopd-main-{method}")
+        assert (same[label]["step"], same[label]["acc"]) == (6, pytest.approx(acc))
+    # 6 s of training: OPD (2 s a step) did 3 steps, TCOD-F2B (1.5 s) 4, TurnOPD (1 s) all 6
+    assert least["OPD"]["wall_budget"] == 6.0 and [least[m]["steps_completed"] for m in METHODS] == [3, 4, 6]
+    third = key_of(store, run_dir(store, "turnopd-main-opd") / "checkpoints" / "step_000003")
+    assert least["OPD"]["acc"] == pytest.approx(fake_score(third, "ID", "all"))
+    assert set(r["per_turn_kl"]) == {"student (before)", *METHODS}
+    assert "the time to reach OPD's final accuracy is zero for every method" in md    # OPD ends at 0 %
+    for alpha in ("alpha=0", "alpha=0.5", "alpha=1"):
+        assert sum(row[alpha] for row in r["loss_budget"]) == pytest.approx(1.0)
+
+
+def check_ablation(store, r, md):
+    runs = {"vanilla OPD": "turnopd-main-opd", "adaptive depth only": "turnopd-ablation-adaptive-depth-only",
+            "linear blend only": "turnopd-ablation-linear-blend-only", "both (TurnOPD)": "turnopd-main-turnopd"}
+    for arm, name in runs.items():
+        assert (r[arm]["ID"], r[arm]["OOD"]) == pytest.approx((run_score(store, name), run_score(store, name, "OOD")))
+    assert [(r[a]["mean_depth"], r[a]["wall"]) for a in runs] == [(8.0, 12.0), (5.0, 6.0), (8.0, 12.0), (5.0, 6.0)]
+
+
+CHECKS = {"fig3-4": (check_fig3_4, ["fig3_world_model_vs_direct", "fig4_scaling"]),
+          "table1": (check_table1, ["fig5_horizon_mixtures"]),
+          "fig6": (check_fig6, ["fig6_quality"]),
+          "fig7": (check_fig7, ["fig7_regions", "fig8_success", "fig8_entropy"]),
+          "fig9-10": (check_fig9_10, ["fig10_subspace", "fig9_step_cosines"]),
+          "table4": (check_table4, ["fig12_kl", "fig12_success", "fig13_token_kl", "fig14_token_probs",
+                                    "fig15_token_probs"]),
+          "mopd": (check_mopd, [f"patterns_{regime}" for regime in REGIMES]),
+          "fig22": (check_fig22, ["fig22_dynamics"]),
+          "turnopd": (check_turnopd, ["frontier", "per_turn_kl", "loss_budget"]),
+          "turnopd-ablation": (check_ablation, ["ablation_frontier"])}
+
+
+def test_every_table_has_a_check():
+    assert list(CHECKS) == list(reproduce.REPRODUCTIONS)
+
+
+@pytest.mark.parametrize("table_id", list(reproduce.REPRODUCTIONS))
+def test_table_builds_end_to_end(store, table_id):
+    argv = [table_id, "--scale", "tiny", "--root", str(store.root), "--data-dir", str(store.data_dir)]
+    assert reproduce.main(argv) == 0
+    out = store.out(table_id)
+    md, config = (out / "table.md").read_text(), json.loads((out / "config.json").read_text())
+    results = json.loads((out / "results.json").read_text())
+    assert md.startswith(f"# {config['title']}\n") and config["table"] == table_id
+    assert config["runs"] and all(Path(run).exists() for run in config["runs"])
+    assert not re.search(r"\bnan\b", md, re.IGNORECASE)          # NaN cells are en dashes, notes have numbers
+    check, figures = CHECKS[table_id]
+    linked = re.findall(r"\]\(([^)]+)\)", md.split("**Figures**")[-1])
+    assert linked == [f"{name}.png" for name in figures]
+    assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in linked)
+    check(store, results, md)
