@@ -220,11 +220,12 @@ class Store:
         return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
 
     def _same_protocol(self, summary: dict) -> bool:
-        """Was this evaluation summary made with this store's k, seed and tasks per cell?"""
+        """Was this evaluation summary made with this store's k, seed and tasks per cell, on both splits?"""
         per_cell = max((r["tasks"] for r in summary.get("table", []) if r["difficulty"] != "all"),
                        default=0)     # for summaries written before they recorded max_tasks_per_cell
         return summary.get("k") == EVAL_K and summary.get("seed", 0) == self.seed \
-            and summary.get("max_tasks_per_cell", per_cell) == (self.budget["eval_tasks_per_cell"] or None)
+            and summary.get("max_tasks_per_cell", per_cell) == (self.budget["eval_tasks_per_cell"] or None) \
+            and set(summary.get("splits", ("ID", "OOD"))) == {"ID", "OOD"}
 
     def _final_eval(self, run: Path) -> dict | None:
         """A post-training run's own final evaluation, when it used this store's protocol."""

@@ -104,6 +104,9 @@ def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, 
     (out / "summary.json").write_text(json.dumps({**old, "k": 2}))
     store.evaluation(model)
     assert len(calls) == 2
+    (out / "summary.json").write_text(json.dumps({**old, "splits": ["ID"]}))   # `evaluate --splits ID`
+    store.evaluation(model)
+    assert len(calls) == 3
 
 
 def test_markdown_tables_and_reports():
