@@ -52,6 +52,11 @@ def git_commit() -> str | None:
         return None
 
 
+def _tasks_per_cell(store: Store) -> str:
+    n = store.budget["eval_tasks_per_cell"]
+    return "all tasks" if not n else f"{n} task{'s' if n != 1 else ''}"
+
+
 def write(report: Report, store: Store, table_id: str, seconds: float, seeds: list[Store] | None = None) -> Path:
     """``table.md``, ``results.json`` and ``config.json`` into the table's folder; for a report
     merged over the stores ``seeds``: ``seeds.md``, ``seeds_results.json`` and ``seeds_config.json``."""
@@ -59,7 +64,7 @@ def write(report: Report, store: Store, table_id: str, seconds: float, seeds: li
     stem, prefix = ("seeds", "seeds_") if seeds else ("table", "")
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
-            f"{store.budget['eval_tasks_per_cell'] or 'all'} tasks per (split, difficulty) cell. "
+            f"{_tasks_per_cell(store)} per (split, difficulty) cell. "
             f"Built in {seconds / 60:.1f} min (including artifacts it had to build). "
             "`paper` columns are the papers' numbers where they give them (SPEC §8); `–` where they do not.", ""]
     body = [s + "\n" for s in report.sections]

@@ -225,6 +225,8 @@ def check_fig3_4(store, r, md):
     scaling = {(e["arm"], e["step"], e["difficulty"]): e["avg@8"] for e in r["scaling"]}
     early = key_of(store, store.checkpoint(store.pretrained(cot_format="direct"), 100))
     assert len(scaling) == 18 and scaling[("direct", 100, "mid")] == pytest.approx(fake_score(early, "ID", "mid"))
+    g = [r[f"ID/{d}"]["gain"] for d in DIFFS]        # "grows" needs a rise, not a flat line of zeros
+    assert ("and so does ours" in md) == (g[0] <= g[1] <= g[2] and g[0] < g[2])
 
 
 def check_table1(store, r, md):
