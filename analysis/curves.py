@@ -68,13 +68,14 @@ def comparison(runs: list[Path], reference: str, split: str = "ID") -> str:
         raise ValueError(f"runs need distinct folder names to be compared ({', '.join(Path(r).name for r in runs)})")
     if reference not in named:
         raise ValueError(f"--reference {reference!r} is not one of the runs ({', '.join(named)})")
-    ks = {int(key.split("@")[1]) for run in named.values() for r in metrics(run) for key in r
+    records = {name: metrics(run) for name, run in named.items()}
+    ks = {int(key.split("@")[1]) for recs in records.values() for r in recs for key in r
           if key.startswith(f"{split}_avg@")}
     if len(ks) != 1:
         raise ValueError(f"the runs need evaluations with one k to be compared (found {split}_avg@k for k in "
                          f"{sorted(ks) or 'none'})")
     k = ks.pop()
-    if not any(f"{split}_avg@{k}" in r for r in metrics(named[reference])):
+    if not any(f"{split}_avg@{k}" in r for r in records[reference]):
         raise ValueError(f"the reference run {reference} has no {split}_avg@{k} evaluation")
     logs = frame(named, split, k=k)
     same, least, speed = same_step_table(logs), least_time_table(logs), speedup_table(logs, reference)

@@ -218,12 +218,13 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
         raise UsageError(f"unknown split(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SPLITS.values())}")
     corpus_dir = Path(corpus_dir)
     worlds = load_worlds(corpus_dir)
+    files = [split for split, name in SPLITS.items() if name in splits]
     rows = []
-    for split, name in SPLITS.items():
-        if name in splits and (corpus_dir / f"{split}.jsonl").is_file():
+    for split in files:
+        if (corpus_dir / f"{split}.jsonl").is_file():
             rows += [(split, r) for r in select_rows(load_rows(corpus_dir, split), max_tasks_per_cell)]
     if not rows:
-        raise UsageError(f"corpus {corpus_dir} has no {' or '.join(f'test_{s.lower()}.jsonl' for s in splits)} rows")
+        raise UsageError(f"corpus {corpus_dir} has no {' or '.join(f'{f}.jsonl' for f in files)} rows")
     tasks = [task_for_row(worlds, r) for _, r in rows]
     limit = max_total_tokens or min(4096, getattr(model.config, "max_position_embeddings", 4096))
     cfg = RolloutConfig(temperature=temperature, top_p=top_p, max_turn_tokens=max_turn_tokens, step_limit=step_limit,
