@@ -157,7 +157,8 @@ class Store:
         run = self.home / "posttrain" / name
         cfg = self.posttrain_config(method, **overrides)
         wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
-        changed = _changes(run / "train_config.json", wanted)
+        changed = _changes(run / "train_config.json", wanted,
+                           {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
         if changed:      # built under other settings (a budget or default changed since): not this run
             self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
             shutil.rmtree(run)
@@ -184,18 +185,20 @@ class Store:
         return run
 
     # ----- evaluation ------------------------------------------------------------------------------
-    def evaluation(self, model: Path, corpus: Path | None = None) -> dict:
+    def evaluation(self, model: Path, corpus: Path | None = None, splits: tuple[str, ...] = ("ID", "OOD"),
+                   difficulties: tuple[str, ...] | None = None) -> dict:
         """avg@8 / pass@8 of a run (its final checkpoint) or of a checkpoint folder, on ``corpus``'s
-        test splits (default: the corpus the model was trained on). Cached under ``eval/``."""
+        test splits (default: the corpus the model was trained on). Cached under ``eval/``; an
+        evaluation that covers more splits or difficulty bins than asked for is reused."""
         from posttrain.evaluate import evaluate, load_model_and_tokenizer
         model = Path(model)
-        reused = corpus is None and self._final_eval(model)
+        reused = corpus is None and self._final_eval(model, splits, difficulties)
         if reused:
             return reused
         out = self._eval_dir(model, corpus)
         if (out / "summary.json").is_file():
             cached = json.loads((out / "summary.json").read_text())
-            if self._same_protocol(cached):
+            if self._same_protocol(cached, splits, difficulties):
                 return cached
             self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
         net, tok, data = load_model_and_tokenizer(run_dir=model)
@@ -203,7 +206,7 @@ class Store:
         self.log(f"[reproduce] evaluate {model} on {corpus.name}")
         tasks = self.budget["eval_tasks_per_cell"] or None
         return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
-                        progress=False)
+                        splits=splits, difficulties=difficulties, progress=False)
 
     def samples(self, model: Path, corpus: Path | None = None) -> list[dict]:
         """The per-sample outcomes (with pattern labels and texts) behind `evaluation`."""
@@ -219,15 +222,16 @@ class Store:
             pass
         return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
 
-    def _same_protocol(self, summary: dict) -> bool:
-        """Was this evaluation summary made with this store's k, seed and tasks per cell, on both splits?"""
+    def _same_protocol(self, summary: dict, splits=("ID", "OOD"), difficulties=None) -> bool:
+        """Was this evaluation summary made with this store's k, seed and tasks per cell, and does it
+        cover ``splits`` and ``difficulties`` (None: every bin)?"""
         per_cell = max((r["tasks"] for r in summary.get("table", []) if r["difficulty"] != "all"),
                        default=0)     # for summaries written before they recorded max_tasks_per_cell
         return summary.get("k") == EVAL_K and summary.get("seed", 0) == self.seed \
             and summary.get("max_tasks_per_cell", per_cell) == (self.budget["eval_tasks_per_cell"] or None) \
-            and set(summary.get("splits", ("ID", "OOD"))) == {"ID", "OOD"}
+            and _covers(summary.get("splits"), splits) and _covers(summary.get("difficulties"), difficulties)
 
-    def _final_eval(self, run: Path) -> dict | None:
+    def _final_eval(self, run: Path, splits=("ID", "OOD"), difficulties=None) -> dict | None:
         """A post-training run's own final evaluation, when it used this store's protocol."""
         try:
             cfg = json.loads((run / "train_config.json").read_text())["config"]
@@ -240,7 +244,9 @@ class Store:
                 or cfg.get("seed") != self.seed \
                 or not (folder / "summary.json").is_file():
             return None
-        return {**json.loads((folder / "summary.json").read_text()), "_dir": str(folder)}
+        summary = json.loads((folder / "summary.json").read_text())
+        return {**summary, "_dir": str(folder)} if _covers(summary.get("splits"), splits) \
+            and _covers(summary.get("difficulties"), difficulties) else None
 
     def describe(self) -> dict:
         return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
@@ -248,9 +254,15 @@ class Store:
                 **{k: v for k, v in self.budget.items()}}
 
 
-def _changes(config_file: Path, wanted: dict) -> str:
+def _covers(have, wanted) -> bool:
+    """Does an evaluation over ``have`` (splits or bins; None: all of them) include ``wanted``?"""
+    return have is None or (wanted is not None and set(wanted) <= set(have))
+
+
+def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> str:
     """What differs between a run's recorded ``train_config.json`` and ``wanted`` ('' if nothing
-    or if there is no record yet)."""
+    or if there is no record yet). A setting the record predates counts as unchanged when
+    ``wanted`` gives it its default (``defaults``)."""
     try:
         have = json.loads(Path(config_file).read_text())
     except (OSError, ValueError):
@@ -259,7 +271,9 @@ def _changes(config_file: Path, wanted: dict) -> str:
     def flat(record: dict) -> dict:
         return {**{k: v for k, v in record.items() if k != "config"}, **record.get("config", {})}
     have, wanted = flat(have), flat(wanted)
-    diffs = [f"{k}={have.get(k)!r} (now {v!r})" for k, v in wanted.items() if have.get(k) != v]
+    defaults = defaults or {}
+    diffs = [f"{k}={have.get(k)!r} (now {v!r})" for k, v in wanted.items()
+             if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)]
     return ", ".join(diffs)
 
 

@@ -59,9 +59,20 @@ class PosttrainConfig:
     eval_at_start: bool = True       # with eval_every: also evaluate the student before step 1
     eval_tasks_per_cell: int = 4
     eval_k: int = 8
+    eval_splits: str = "ID,OOD"      # comma list: the test splits evaluations run
+    eval_difficulties: str = ""      # comma list of short, mid, long: the bins evaluations run ("" = all)
     ckpt_every: int = 0              # 0: only the final checkpoint
     keep_checkpoints: int = 2        # 0: keep every checkpoint (update-direction analyses need them)
     seed: int = 0
+
+    @property
+    def eval_split_list(self) -> tuple[str, ...]:
+        return tuple(s for s in ("ID", "OOD") if s in self.eval_splits.split(","))
+
+    @property
+    def eval_difficulty_list(self) -> tuple[str, ...] | None:
+        bins = [d for d in ("short", "mid", "long") if d in self.eval_difficulties.split(",")]
+        return tuple(bins) or None
 
     def validate(self) -> "PosttrainConfig":
         if self.method not in METHODS:
@@ -79,6 +90,11 @@ class PosttrainConfig:
         bins = {d for d in self.difficulties.split(",") if d}
         if bins - {"short", "mid", "long"}:
             raise UsageError(f"difficulties must be a comma list of short, mid, long, not {self.difficulties!r}")
+        if {d for d in self.eval_difficulties.split(",") if d} - {"short", "mid", "long"}:
+            raise UsageError(f"eval_difficulties must be a comma list of short, mid, long, not {self.eval_difficulties!r}")
+        splits = {s for s in self.eval_splits.split(",") if s}
+        if not splits or splits - {"ID", "OOD"}:
+            raise UsageError(f"eval_splits must be a comma list of ID, OOD, not {self.eval_splits!r}")
         if self.keep_checkpoints < 0:
             raise UsageError("keep_checkpoints must be >= 0 (0 keeps all)")
         if not 1 <= self.h_min <= self.h_max:

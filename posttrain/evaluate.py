@@ -81,8 +81,11 @@ def task_for_row(worlds: dict, row: dict):
         raise UsageError(str(exc)) from None
 
 
-def select_rows(rows: list[dict], max_per_cell: int | None) -> list[dict]:
-    """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order."""
+def select_rows(rows: list[dict], max_per_cell: int | None, difficulties: Sequence[str] | None = None) -> list[dict]:
+    """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order (only the
+    ``difficulties`` bins when given)."""
+    if difficulties is not None:
+        rows = [r for r in rows if r.get("difficulty") in difficulties]
     if max_per_cell is None:
         return list(rows)
     seen: dict[tuple, int] = {}
@@ -201,10 +204,11 @@ def markdown(rows: list[dict], k: int, header: str = "") -> str:
 def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0.4, top_p: float = 1.0,
              step_limit: int = 20, max_tasks_per_cell: int | None = None, batch_size: int = 64,
              max_turn_tokens: int = 192, max_total_tokens: int | None = None, seed: int = 0,
-             splits: Sequence[str] = ("ID", "OOD"), out_dir=None, progress: bool = True) -> dict:
+             splits: Sequence[str] = ("ID", "OOD"), difficulties: Sequence[str] | None = None, out_dir=None,
+             progress: bool = True) -> dict:
     """Evaluate ``model`` on the corpus's test_id / test_ood tasks (``splits``: the ones to run,
-    e.g. only the target split ``("ID",)``, at half the cost); write files to ``out_dir`` when
-    given; return the summary (also ``summary.json``)."""
+    e.g. only the target split ``("ID",)``, at half the cost; ``difficulties``: only these bins,
+    default all); write files to ``out_dir`` when given; return the summary (also ``summary.json``)."""
     from tqdm import tqdm
 
     from posttrain.backend import HFPolicy
@@ -216,13 +220,19 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
     unknown = sorted(set(splits) - set(SPLITS.values()))
     if unknown or not splits:
         raise UsageError(f"unknown split(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(SPLITS.values())}")
+    if difficulties is not None:
+        bad = sorted(set(difficulties) - set(DIFFICULTIES))
+        if bad or not difficulties:
+            raise UsageError(f"unknown difficulty {', '.join(bad) or '(none given)'}; choose from {', '.join(DIFFICULTIES)}")
+        difficulties = [d for d in DIFFICULTIES if d in difficulties]
+        difficulties = None if len(difficulties) == len(DIFFICULTIES) else difficulties
     corpus_dir = Path(corpus_dir)
     worlds = load_worlds(corpus_dir)
     files = [split for split, name in SPLITS.items() if name in splits]
     rows = []
     for split in files:
         if (corpus_dir / f"{split}.jsonl").is_file():
-            rows += [(split, r) for r in select_rows(load_rows(corpus_dir, split), max_tasks_per_cell)]
+            rows += [(split, r) for r in select_rows(load_rows(corpus_dir, split), max_tasks_per_cell, difficulties)]
     if not rows:
         raise UsageError(f"corpus {corpus_dir} has no {' or '.join(f'{f}.jsonl' for f in files)} rows")
     tasks = [task_for_row(worlds, r) for _, r in rows]
@@ -248,7 +258,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
     summary = {"corpus": str(corpus_dir), "k": k, "temperature": temperature, "top_p": top_p, "step_limit": step_limit,
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
-               "max_tasks_per_cell": max_tasks_per_cell, "splits": list(splits),
+               "max_tasks_per_cell": max_tasks_per_cell, "splits": list(splits), "difficulties": difficulties,
                "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
                "generated_tokens": ro.generated_tokens, "overall": overall, "table": table}
     if out_dir is not None:
@@ -290,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--splits", default="ID,OOD", help="comma-separated test splits to run (ID, OOD)")
+    p.add_argument("--difficulties", help="comma-separated bins to run (short, mid, long; default all)")
     p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -322,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                            batch_size=args.batch_size, max_turn_tokens=args.max_turn_tokens,
                            max_total_tokens=args.max_total_tokens, seed=args.seed,
                            splits=tuple(x.strip() for x in args.splits.split(",") if x.strip()), out_dir=out,
+                           difficulties=None if args.difficulties is None
+                           else tuple(x.strip() for x in args.difficulties.split(",") if x.strip()),
                            progress=not args.quiet)
     except (UsageError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -289,6 +289,7 @@ class Trainer:
         summary = evaluate(self.model, self.tokenizer, self.data, k=self.cfg.eval_k,
                            max_tasks_per_cell=self.cfg.eval_tasks_per_cell, seed=self.cfg.seed,
                            step_limit=self.cfg.step_limit, max_turn_tokens=self.cfg.max_turn_tokens,
+                           splits=self.cfg.eval_split_list, difficulties=self.cfg.eval_difficulty_list,
                            out_dir=self.out / "eval" / f"step_{self.step:06d}", progress=False)
         k = self.cfg.eval_k
         record = {"step": self.step, "eval": True, "train_wall_s": self.train_wall}

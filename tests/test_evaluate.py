@@ -105,10 +105,18 @@ def test_evaluate_function_summary(assets):  # noqa: F811
                        step_limit=1, max_turn_tokens=4, splits=("ID",), progress=False)
     assert only_id["episodes"] == 6 and set(only_id["overall"]) == {"ID"} and only_id["splits"] == ["ID"]
     assert {r["split"] for r in only_id["table"]} == {"ID"}
+    long_id = evaluate(assets["model"], assets["tokenizer"], assets["corpus"], k=2, max_tasks_per_cell=1,
+                       step_limit=1, max_turn_tokens=4, splits=("ID",), difficulties=("long",), progress=False)
+    assert long_id["episodes"] == 2 and long_id["difficulties"] == ["long"]
+    assert {r["difficulty"] for r in long_id["table"]} == {"long", "all"}
+    every_bin = evaluate(assets["model"], assets["tokenizer"], assets["corpus"], k=1, max_tasks_per_cell=1,
+                         step_limit=1, max_turn_tokens=4, splits=("ID",), difficulties=("long", "short", "mid"),
+                         progress=False)
+    assert every_bin["difficulties"] is None and every_bin["episodes"] == 3
 
 
 @pytest.mark.parametrize("case", ["missing_run", "no_checkpoint", "corrupt_checkpoint", "unknown_corpus",
-                                  "model_without_data", "bad_k", "bad_split"])
+                                  "model_without_data", "bad_k", "bad_split", "bad_difficulty"])
 def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
     ckpt = run_dir / "checkpoints" / "step_000001"
     args = ["--run", str(run_dir), *FAST]
@@ -126,6 +134,8 @@ def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
         args += ["--k", "0"]
     elif case == "bad_split":
         args += ["--splits", "ID,train"]
+    elif case == "bad_difficulty":
+        args += ["--difficulties", "long,longest"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]

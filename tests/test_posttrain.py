@@ -146,8 +146,12 @@ def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student
     out = root / "long_only"
     assert posttrain_main(["--method", "opd", "--student", str(ckpt), "--teacher", str(teacher_b),
                            "--out", str(out), "--scale", "tiny",
-                           *sets(*FAST, "steps=3", "difficulties=long", "ckpt_every=1", "keep_checkpoints=0")]) == 0
+                           *sets(*FAST, "steps=3", "difficulties=long", "ckpt_every=1", "keep_checkpoints=0",
+                                 "eval_splits=ID", "eval_difficulties=long")]) == 0
     assert len(list((out / "checkpoints").glob("step_*"))) == 3        # every step kept
+    final = json.loads((out / "eval" / "step_000003" / "summary.json").read_text())
+    assert final["splits"] == ["ID"] and final["difficulties"] == ["long"]
+    assert {(r["split"], r["difficulty"]) for r in final["table"]} == {("ID", "long"), ("ID", "all")}
     from posttrain.train import Trainer
     from posttrain.config import make_config
     trainer = Trainer(make_config("opd", "tiny", difficulties="long"), ckpt, teacher_b, root / "x", None, False)
@@ -157,6 +161,8 @@ def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student
     assert 0 < len(trainer.tasks) == len(long_rows) < len(rows)
     assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
                            "--set", "difficulties=longest"]) == 2
+    assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
+                           "--set", "eval_splits=ID,train"]) == 2
 
 
 def test_grpo_logs_rewards_and_process_rewards(student):

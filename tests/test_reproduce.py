@@ -83,6 +83,12 @@ def test_a_posttrain_runs_own_final_evaluation_is_reused_only_under_the_same_pro
     assert store._final_eval(run) is None          # another protocol: it would be evaluated afresh
     (run / "train_config.json").write_text(json.dumps({"config": {**cfg, "seed": 1}}))
     assert store._final_eval(run) is None          # another seed's sampling: not this store's evaluation
+    (run / "train_config.json").write_text(json.dumps({"config": cfg}))
+    narrow = {**_summary([]), "splits": ["ID"], "difficulties": ["long"]}
+    (run / "eval" / "step_000006" / "summary.json").write_text(json.dumps(narrow))
+    assert store._final_eval(run, splits=("ID",), difficulties=("long",))["difficulties"] == ["long"]
+    assert store._final_eval(run, splits=("ID",)) is None                       # every bin was asked for
+    assert store._final_eval(run, difficulties=("long",)) is None              # and OOD too
 
 
 def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, monkeypatch):
@@ -107,6 +113,24 @@ def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, 
     (out / "summary.json").write_text(json.dumps({**old, "splits": ["ID"]}))   # `evaluate --splits ID`
     store.evaluation(model)
     assert len(calls) == 3
+    (out / "summary.json").write_text(json.dumps({**old, "splits": ["ID"]}))
+    assert store.evaluation(model, splits=("ID",)) == {**old, "splits": ["ID"]} and len(calls) == 3
+    assert store.evaluation(model, splits=("ID",), difficulties=("mid",)) == {**old, "splits": ["ID"]}
+    (out / "summary.json").write_text(json.dumps({**old, "splits": ["ID"], "difficulties": ["mid"]}))
+    store.evaluation(model, splits=("ID",), difficulties=("long",))
+    assert len(calls) == 4 and calls[-1]["difficulties"] == ("long",) and calls[-1]["splits"] == ("ID",)
+
+
+def test_a_run_recorded_before_a_setting_existed_is_not_rebuilt_for_its_default(tmp_path):
+    from analysis.artifacts import _changes
+    record = tmp_path / "train_config.json"
+    record.write_text(json.dumps({"student": "s", "config": {"lr": 1e-4}}))
+    wanted = {"student": "s", "config": {"lr": 1e-4, "eval_splits": "ID,OOD"}}
+    assert _changes(record, wanted, {"eval_splits": "ID,OOD"}) == ""
+    assert "eval_splits" in _changes(record, {**wanted, "config": {"lr": 1e-4, "eval_splits": "ID"}},
+                                     {"eval_splits": "ID,OOD"})
+    assert "lr=" in _changes(record, {**wanted, "config": {"lr": 3e-4, "eval_splits": "ID,OOD"}},
+                             {"eval_splits": "ID,OOD"})
 
 
 def test_markdown_tables_and_reports():

@@ -128,9 +128,10 @@ class Fakes:
         (out / "summary.json").write_text(json.dumps({"checkpoint": str(ckpt), "step": step}))
         return 0
 
-    def evaluation(self, store: Store, model: Path, corpus: Path | None = None) -> dict:
+    def evaluation(self, store: Store, model: Path, corpus: Path | None = None, splits=("ID", "OOD"),
+                   difficulties=None) -> dict:
         """`Store.evaluation` without the model: a run's own final evaluation, else the cache."""
-        own = corpus is None and store._final_eval(Path(model))
+        own = corpus is None and store._final_eval(Path(model), splits, difficulties)
         if own:
             return own
         out = store._eval_dir(Path(model), corpus)
