@@ -218,9 +218,11 @@ def plot_checkpoint_dynamics(coords: np.ndarray, distances: np.ndarray, labels: 
 
 # ----------------------------------------------------------------------------- Fig. 7 / Table 3
 def plot_region_maps(maps: Mapping[str, pd.DataFrame], path, deltas: Optional[Mapping[str, pd.DataFrame]] = None,
-                     figsize=None, dpi: int = 100, unit: str = "") -> Path:
+                     figsize=None, dpi: int = 100, unit: str = "",
+                     reference: Optional[Mapping[str, pd.DataFrame]] = None) -> Path:
     """One coloured grid per method of ``region_labels`` tables; cells show the label and, when
-    ``deltas`` (same shape pivots) are given, the signed change."""
+    ``deltas`` (same shape pivots) are given, the signed change, and the paper's change beside it
+    where ``reference`` (same shape, NaN where the paper gives none) has one."""
     n = len(maps)
     first = next(iter(maps.values()))
     fig = _figure(figsize, (1.6 * first.shape[1] * n + 1.5, 0.8 * first.shape[0] + 1.6), dpi)
@@ -231,10 +233,13 @@ def plot_region_maps(maps: Mapping[str, pd.DataFrame], path, deltas: Optional[Ma
         grid = np.vectorize(lambda s: code.get(s, np.nan), otypes=[float])(lab.to_numpy(object))
         ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(REGIONS) - 0.5, aspect="auto")
         d = deltas.get(method) if deltas else None
+        ref = reference.get(method) if reference else None
         for (r, c), s in np.ndenumerate(lab.to_numpy(object)):
             text = str(s)
             if d is not None:
                 text += f"\n{float(d.iloc[r, c]):+.1f}{unit}"
+            if ref is not None and np.isfinite(float(ref.iloc[r, c])):
+                text += f"\n(paper {float(ref.iloc[r, c]):+.1f})"
             ax.text(c, r, text, ha="center", va="center", fontsize=7)
         ax.set_xticks(range(lab.shape[1]), [str(x) for x in lab.columns], fontsize=8)
         ax.set_yticks(range(lab.shape[0]), [str(x) for x in lab.index], fontsize=8)
@@ -300,15 +305,22 @@ def plot_frontier(logs, path, least_time: bool = True, wall_label: str = "wall-c
 
 # ----------------------------------------------------------------------------- generic (Figs. 3-6, 8, 12)
 def plot_grouped_bars(table: pd.DataFrame, path, ylabel: str = "avg@8 (%)", figsize=None, dpi: int = 100,
-                      title: str = "") -> Path:
-    """Grouped bars: one group per row of ``table`` (e.g. difficulty), one bar per column (e.g. model)."""
+                      title: str = "", reference: Optional[pd.DataFrame] = None) -> Path:
+    """Grouped bars: one group per row of ``table`` (e.g. difficulty), one bar per column (e.g. model);
+    ``reference`` (same rows and columns, NaN where unknown) puts the paper's value on its bar as a
+    black diamond."""
     fig = _figure(figsize, (1.2 * len(table.index) * max(1, table.shape[1]) / 2 + 3, 4), dpi)
     ax = fig.add_subplot()
     x = np.arange(len(table.index))
     w = 0.8 / max(1, table.shape[1])
     for j, col in enumerate(table.columns):
-        bars = ax.bar(x + (j - (table.shape[1] - 1) / 2) * w, table[col].to_numpy(float), width=w, label=str(col))
+        at = x + (j - (table.shape[1] - 1) / 2) * w
+        bars = ax.bar(at, table[col].to_numpy(float), width=w, label=str(col))
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
+        if reference is not None and col in reference:
+            ref = reference[col].reindex(table.index).to_numpy(float)
+            ax.scatter(at, ref, marker="D", s=30, color="black", edgecolors="white", zorder=3,
+                       label="paper" if not ax.get_legend_handles_labels()[1].count("paper") else None)
     ax.set_xticks(x, [str(i) for i in table.index])
     ax.set(ylabel=ylabel, title=title)
     ax.legend(fontsize=8)

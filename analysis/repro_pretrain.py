@@ -46,6 +46,10 @@ def world_model_vs_direct(store: Store) -> Report:
     bars = pd.DataFrame({a: [cell(evals[a], "ID", d) for d in DIFFS] for a in arms}, index=list(DIFFS))
     report.figures.append(plot_grouped_bars(bars, out / "fig3_world_model_vs_direct.png",
                                             title="ID avg@8: world-model CoT vs direct (Fig. 3)"))
+    gains = pd.DataFrame({"ours": [report.results[f"ID/{d}"]["gain"] for d in DIFFS],
+                          "paper": [paper("fig3-4", "gain", d) for d in DIFFS]}, index=list(DIFFS))
+    report.figures.append(plot_grouped_bars(gains, out / "fig3_gain_vs_paper.png", ylabel="gain (avg@8 points)",
+                                            title="world-model minus direct ID avg@8, ours beside the paper's"))
 
     # Fig. 4: the same comparison along pre-training (tokens seen), from the runs' checkpoints
     curves = {}
@@ -89,8 +93,11 @@ def horizon_mixtures(store: Store) -> Report:
     out = store.out("table1")
     bars = pd.DataFrame({"/".join(map(str, m)): [report.results["/".join(map(str, m))][f"{d} pass@8"] for d in DIFFS]
                          for m in MIXES}, index=list(DIFFS))
+    ref = pd.DataFrame({m: [paper("table1", m, f"{d} pass@8") for d in DIFFS] for m in bars.columns},
+                       index=list(DIFFS), dtype=float)
     report.figures.append(plot_grouped_bars(bars, out / "fig5_horizon_mixtures.png", ylabel="ID pass@8 (%)",
-                                            title="pass@8 by pre-training mixture S/M/L (Fig. 5)"))
+                                            title="pass@8 by pre-training mixture S/M/L (Fig. 5; ◆ the paper's)",
+                                            reference=ref))
     r = report.results
     report.notes.append(f"short-only pre-training: mid / long pass@8 {r['100/0/0']['mid pass@8']:.1f} / "
                         f"{r['100/0/0']['long pass@8']:.1f} (paper 0.83 / 0); +5% mid data: mid pass@8 "

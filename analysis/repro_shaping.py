@@ -86,7 +86,11 @@ def region_map(store: Store) -> Report:
                [[m, c.get("unnecessary", 0), c.get("effective", 0), c.get("unsupported", 0)] for m, c in counts.items()])
     report.results["regions"] = {m: lab.to_dict() for m, lab in maps.items()}
     out = store.out("fig7")
-    report.figures.append(plot_region_maps(maps, out / "fig7_regions.png", deltas=deltas, unit=" pt"))
+    reference = {m.upper(): pd.DataFrame({d: [paper("fig7", f"{q}/{d}", f"{m} avg@8") for q in QUALITIES]
+                                          for d in DIFFS}, index=list(QUALITIES), dtype=float)
+                 for m in ("grpo", "opd")}
+    report.figures.append(plot_region_maps(maps, out / "fig7_regions.png", deltas=deltas, unit=" pt",
+                                           reference=reference))
     for key, c in curves.items():
         report.figures.append(plot_lines(c, out / f"fig8_{key}.png", "step", key, title=f"Training {key} (Fig. 8)"))
     low_long = report.results.get("4opt8sub/long", {})

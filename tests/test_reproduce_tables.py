@@ -201,7 +201,8 @@ def store(assets, tmp_path_factory):  # noqa: F811
         mp.chdir(tmp_path_factory.mktemp("reproduce"))
         mp.setattr(pretrain.train, "main", fakes.pretrain)
         mp.setattr(Store, "corpus", lambda self, **changes: fakes.corpus(self, **changes))
-        mp.setattr(Store, "evaluation", lambda self, model, corpus=None: fakes.evaluation(self, model, corpus))
+        mp.setattr(Store, "evaluation", lambda self, model, corpus=None, **only: fakes.evaluation(self, model, corpus,
+                                                                                                  **only))
         mp.setattr(FakeTrainer, "fakes", fakes, raising=False)
         mp.setattr(posttrain.train, "Trainer", FakeTrainer)
         mp.setattr(posttrain.mopd, "Trainer", FakeTrainer)
@@ -341,7 +342,7 @@ def check_ablation(store, r, md):
     assert [(r[a]["mean_depth"], r[a]["wall"]) for a in runs] == [(8.0, 12.0), (5.0, 6.0), (8.0, 12.0), (5.0, 6.0)]
 
 
-CHECKS = {"fig3-4": (check_fig3_4, ["fig3_world_model_vs_direct", "fig4_scaling"]),
+CHECKS = {"fig3-4": (check_fig3_4, ["fig3_world_model_vs_direct", "fig3_gain_vs_paper", "fig4_scaling"]),
           "table1": (check_table1, ["fig5_horizon_mixtures"]),
           "fig6": (check_fig6, ["fig6_quality"]),
           "fig7": (check_fig7, ["fig7_regions", "fig8_success", "fig8_entropy"]),
