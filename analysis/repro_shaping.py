@@ -105,6 +105,18 @@ def region_map(store: Store) -> Report:
 
 
 # ----------------------------------------------------------------------------- Figs. 9-10
+def direction_note(grpo: float, opd: float) -> str:
+    """Fig. 9's verdict from the two mean consecutive-update cosines (NaN: the method never moved,
+    e.g. GRPO when every group's rewards were equal, so every advantage was zero)."""
+    idle = [m for m, c in (("GRPO", grpo), ("OPD", opd)) if c != c]
+    if idle:
+        return (f"{' and '.join(idle)} made no parameter update at any step (for GRPO: every group's rewards were "
+                "equal, so every advantage was zero); with no updates there are no directions to compare.")
+    return (f"mean consecutive-update cosine GRPO {grpo:.3f} vs OPD {opd:.3f}; the paper reports OPD's directions "
+            "as the more consistent (it gives figures, not numbers)" + (" — ours agrees." if opd > grpo
+                                                                         else " — ours does not."))
+
+
 def update_directions(store: Store) -> Report:
     from analysis.params import consecutive_cosines, load_state_dict, subspace_trajectory
     from analysis.repro_merge import final_checkpoint
@@ -134,10 +146,7 @@ def update_directions(store: Store) -> Report:
     out = store.out("fig9-10")
     report.figures.append(plot_subspace_curves(curves, out / "fig10_subspace.png", k=5))
     report.figures.append(plot_cosine_series(cosines, out / "fig9_step_cosines.png"))
-    g, o = rows[0][4], rows[1][4]
-    report.notes.append(f"mean consecutive-update cosine GRPO {g:.3f} vs OPD {o:.3f}; the paper reports OPD's "
-                        "directions as the more consistent (it gives figures, not numbers)"
-                        + (" — ours agrees." if o > g else " — ours does not."))
+    report.notes.append(direction_note(rows[0][4], rows[1][4]))
     return report
 
 

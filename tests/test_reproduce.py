@@ -282,3 +282,11 @@ def test_sample_information_separates_a_shared_pattern_from_task_specific_action
     info = sample_information(samples)
     assert info["I(task;pattern)"] == pytest.approx(0.0, abs=1e-9)                  # one pattern for every task
     assert info["I(task;knowledge)"] == pytest.approx(2.0, abs=0.1)                  # the actions name the task
+
+
+def test_the_update_direction_note_says_when_a_method_never_moved():
+    from analysis.repro_shaping import direction_note
+    assert direction_note(0.1, 0.9).endswith("— ours agrees.")
+    assert direction_note(0.9, 0.1).endswith("— ours does not.")
+    idle = direction_note(float("nan"), 0.94)
+    assert idle.startswith("GRPO made no parameter update") and "nan" not in idle and "agrees" not in idle
