@@ -313,6 +313,7 @@ def plot_grouped_bars(table: pd.DataFrame, path, ylabel: str = "avg@8 (%)", figs
     ax = fig.add_subplot()
     x = np.arange(len(table.index))
     w = 0.8 / max(1, table.shape[1])
+    marked = False                            # one "paper" legend entry
     for j, col in enumerate(table.columns):
         at = x + (j - (table.shape[1] - 1) / 2) * w
         bars = ax.bar(at, table[col].to_numpy(float), width=w, label=str(col))
@@ -320,7 +321,8 @@ def plot_grouped_bars(table: pd.DataFrame, path, ylabel: str = "avg@8 (%)", figs
         if reference is not None and col in reference:
             ref = reference[col].reindex(table.index).to_numpy(float)
             ax.scatter(at, ref, marker="D", s=30, color="black", edgecolors="white", zorder=3,
-                       label="paper" if not ax.get_legend_handles_labels()[1].count("paper") else None)
+                       label=None if marked else "paper")
+            marked = True
     ax.set_xticks(x, [str(i) for i in table.index])
     ax.set(ylabel=ylabel, title=title)
     ax.legend(fontsize=8)

@@ -110,8 +110,9 @@ def direction_note(grpo: float, opd: float) -> str:
     e.g. GRPO when every group's rewards were equal, so every advantage was zero)."""
     idle = [m for m, c in (("GRPO", grpo), ("OPD", opd)) if c != c]
     if idle:
-        return (f"{' and '.join(idle)} made no parameter update at any step (for GRPO: every group's rewards were "
-                "equal, so every advantage was zero); with no updates there are no directions to compare.")
+        why = " (every group's rewards were equal, so every advantage was zero)" if "GRPO" in idle else ""
+        return (f"{' and '.join(idle)} made no parameter update at any step{why}; with no updates there are no "
+                "directions to compare.")
     return (f"mean consecutive-update cosine GRPO {grpo:.3f} vs OPD {opd:.3f}; the paper reports OPD's directions "
             "as the more consistent (it gives figures, not numbers)" + (" — ours agrees." if opd > grpo
                                                                          else " — ours does not."))
