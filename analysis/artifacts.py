@@ -229,7 +229,7 @@ class Store:
                        default=0)     # for summaries written before they recorded max_tasks_per_cell
         return summary.get("k") == EVAL_K and summary.get("seed", 0) == self.seed \
             and summary.get("max_tasks_per_cell", per_cell) == (self.budget["eval_tasks_per_cell"] or None) \
-            and _covers(summary.get("splits"), splits) and _covers(summary.get("difficulties"), difficulties)
+            and _covers(summary, splits, difficulties)
 
     def _final_eval(self, run: Path, splits=("ID", "OOD"), difficulties=None) -> dict | None:
         """A post-training run's own final evaluation, when it used this store's protocol."""
@@ -245,8 +245,7 @@ class Store:
                 or not (folder / "summary.json").is_file():
             return None
         summary = json.loads((folder / "summary.json").read_text())
-        return {**summary, "_dir": str(folder)} if _covers(summary.get("splits"), splits) \
-            and _covers(summary.get("difficulties"), difficulties) else None
+        return {**summary, "_dir": str(folder)} if _covers(summary, splits, difficulties) else None
 
     def describe(self) -> dict:
         return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
@@ -254,9 +253,12 @@ class Store:
                 **{k: v for k, v in self.budget.items()}}
 
 
-def _covers(have, wanted) -> bool:
-    """Does an evaluation over ``have`` (splits or bins; None: all of them) include ``wanted``?"""
-    return have is None or (wanted is not None and set(wanted) <= set(have))
+def _covers(summary: dict, splits, difficulties) -> bool:
+    """Did this evaluation run ``splits`` and ``difficulties`` (None: every bin)?  A summary without
+    a record of either ran all of them."""
+    def includes(have, wanted):
+        return have is None or (wanted is not None and set(wanted) <= set(have))
+    return includes(summary.get("splits"), splits) and includes(summary.get("difficulties"), difficulties)
 
 
 def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> str:

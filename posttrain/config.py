@@ -16,6 +16,17 @@ from dataclasses import dataclass
 
 from pretrain.config import SCALES, UsageError
 
+DIFFICULTIES = ("short", "mid", "long")     # the corpus's horizon bins
+SPLIT_NAMES = ("ID", "OOD")                 # the test splits
+
+
+def comma_list(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """The items of a comma list, in ``allowed``'s order; a UsageError names any other item."""
+    items = {x.strip() for x in text.split(",") if x.strip()}
+    if items - set(allowed):
+        raise UsageError(f"{name} must be a comma list of {', '.join(allowed)}, not {text!r}")
+    return tuple(x for x in allowed if x in items)
+
 METHODS = ("grpo", "opd", "turnopd", "tcod")
 
 
@@ -67,12 +78,11 @@ class PosttrainConfig:
 
     @property
     def eval_split_list(self) -> tuple[str, ...]:
-        return tuple(s for s in ("ID", "OOD") if s in self.eval_splits.split(","))
+        return comma_list(self.eval_splits, SPLIT_NAMES, "eval_splits")
 
     @property
     def eval_difficulty_list(self) -> tuple[str, ...] | None:
-        bins = [d for d in ("short", "mid", "long") if d in self.eval_difficulties.split(",")]
-        return tuple(bins) or None
+        return comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties") or None
 
     def validate(self) -> "PosttrainConfig":
         if self.method not in METHODS:
@@ -87,14 +97,10 @@ class PosttrainConfig:
             raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
         if self.topk < 0 or self.lr <= 0:
             raise UsageError("topk must be >= 0 and lr > 0")
-        bins = {d for d in self.difficulties.split(",") if d}
-        if bins - {"short", "mid", "long"}:
-            raise UsageError(f"difficulties must be a comma list of short, mid, long, not {self.difficulties!r}")
-        if {d for d in self.eval_difficulties.split(",") if d} - {"short", "mid", "long"}:
-            raise UsageError(f"eval_difficulties must be a comma list of short, mid, long, not {self.eval_difficulties!r}")
-        splits = {s for s in self.eval_splits.split(",") if s}
-        if not splits or splits - {"ID", "OOD"}:
-            raise UsageError(f"eval_splits must be a comma list of ID, OOD, not {self.eval_splits!r}")
+        comma_list(self.difficulties, DIFFICULTIES, "difficulties")
+        comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties")
+        if not self.eval_split_list:
+            raise UsageError("eval_splits must name at least one of ID, OOD")
         if self.keep_checkpoints < 0:
             raise UsageError("keep_checkpoints must be >= 0 (0 keeps all)")
         if not 1 <= self.h_min <= self.h_max:

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Sequence
 
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
+from posttrain.config import DIFFICULTIES
 from pretrain.config import UsageError
 
 SPLITS = {"test_id": "ID", "test_ood": "OOD"}
-DIFFICULTIES = ("short", "mid", "long")
 PATTERN_COLUMNS = (*PATTERNS, OTHERS)
 
 
