@@ -23,7 +23,9 @@ rebuilt, never read.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import shutil
 import sys
@@ -97,9 +99,12 @@ class Store:
         from planning_gym.make_data import same_corpus
         cfg = self.corpus_config(**changes)
         out = self.data_dir / cfg.name
-        if not same_corpus(out, cfg):
-            self.log(f"[reproduce] corpus {out}")
-            write_corpus(cfg, out, workers=1 if self.scale == "tiny" else 2, progress=False)
+        if same_corpus(out, cfg):
+            return out
+        with self._exclusive(out):
+            if not same_corpus(out, cfg):
+                self.log(f"[reproduce] corpus {out}")
+                write_corpus(cfg, out, workers=1 if self.scale == "tiny" else 2, progress=False)
         return out
 
     # ----- pre-training ----------------------------------------------------------------------------
@@ -115,20 +120,23 @@ class Store:
         run = self.home / "pretrain" / (cfg.name if family == cfg.domains else f"{cfg.name}@{'+'.join(family)}")
         if (run / "summary.json").is_file():
             return run
-        data = self.corpus(**changes)
-        if cfg.name != base.name:
-            base_run = self.pretrained(domains=family)
-            if not (run / "tokenizer" / "tokenizer.json").is_file():
-                shutil.rmtree(run / "tokenizer", ignore_errors=True)
-                run.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(base_run / "tokenizer", run / "tokenizer")
-        resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
-        self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
-        argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
-                "--set", f"seed={self.seed}"]
-        if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
-            raise ReproductionError(f"pre-training {run} failed")
-        return run
+        with self._exclusive(run):
+            if (run / "summary.json").is_file():     # another process built it meanwhile
+                return run
+            data = self.corpus(**changes)
+            if cfg.name != base.name:
+                base_run = self.pretrained(domains=family)
+                if not (run / "tokenizer" / "tokenizer.json").is_file():
+                    shutil.rmtree(run / "tokenizer", ignore_errors=True)
+                    run.mkdir(parents=True, exist_ok=True)
+                    shutil.copytree(base_run / "tokenizer", run / "tokenizer")
+            resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
+            self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
+            argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
+                    "--set", f"seed={self.seed}"]
+            if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
+                raise ReproductionError(f"pre-training {run} failed")
+            return run
 
     def checkpoint(self, run: Path, step: int | None = None) -> Path:
         """``run``'s checkpoint at ``step`` (default: the scale's early ``student_step``)."""
@@ -156,32 +164,34 @@ class Store:
         from posttrain.train import Trainer
         run = self.home / "posttrain" / name
         cfg = self.posttrain_config(method, **overrides)
-        wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
-        changed = _changes(run / "train_config.json", wanted,
-                           {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
-        if changed:      # built under other settings (a budget or default changed since): not this run
-            self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
-            shutil.rmtree(run)
-        elif (run / "summary.json").is_file():
+        with self._exclusive(run):
+            wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
+            changed = _changes(run / "train_config.json", wanted,
+                               {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
+            if changed:      # built under other settings (a budget or default changed since): not this run
+                self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
+                shutil.rmtree(run)
+            elif (run / "summary.json").is_file():
+                return run
+            resume = latest_checkpoint(run) is not None
+            self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
+            Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
             return run
-        resume = latest_checkpoint(run) is not None
-        self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
-        Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
-        return run
 
     def mopd(self, name: str, student: Path, teachers: list[tuple[str, Path]], **overrides) -> Path:
         """A cascaded MOPD run ``posttrain/<name>`` with one OPD stage per (domain, teacher)."""
         from posttrain.mopd import run as mopd_run
         run = self.home / "posttrain" / name
-        if (run / "mopd.json").is_file():
-            return run
-        shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
-        values = {**self._posttrain_budget(), "eval_every": 0, **overrides}
-        argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
-        argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
-        argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-        self.log(f"[reproduce] mopd {run}")
-        mopd_run(argv)
+        with self._exclusive(run):
+            if (run / "mopd.json").is_file():
+                return run
+            shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
+            values = {**self._posttrain_budget(), "eval_every": 0, **overrides}
+            argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
+            argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
+            argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+            self.log(f"[reproduce] mopd {run}")
+            mopd_run(argv)
         return run
 
     # ----- evaluation ------------------------------------------------------------------------------
@@ -196,23 +206,41 @@ class Store:
         if reused:
             return reused
         out = self._eval_dir(model, corpus)
-        if (out / "summary.json").is_file():
-            cached = json.loads((out / "summary.json").read_text())
-            if self._same_protocol(cached, splits, difficulties):
-                return cached
-            self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
-        net, tok, data = load_model_and_tokenizer(run_dir=model)
-        corpus = Path(corpus or data)
-        self.log(f"[reproduce] evaluate {model} on {corpus.name}")
-        tasks = self.budget["eval_tasks_per_cell"] or None
-        return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
-                        splits=splits, difficulties=difficulties, progress=False)
+        with self._exclusive(out):
+            if (out / "summary.json").is_file():
+                cached = json.loads((out / "summary.json").read_text())
+                if self._same_protocol(cached, splits, difficulties):
+                    return cached
+                self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
+            net, tok, data = load_model_and_tokenizer(run_dir=model)
+            corpus = Path(corpus or data)
+            self.log(f"[reproduce] evaluate {model} on {corpus.name}")
+            tasks = self.budget["eval_tasks_per_cell"] or None
+            return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
+                            splits=splits, difficulties=difficulties, progress=False)
 
     def samples(self, model: Path, corpus: Path | None = None) -> list[dict]:
         """The per-sample outcomes (with pattern labels and texts) behind `evaluation`."""
         summary = self.evaluation(model, corpus)
         out = Path(summary["_dir"]) if "_dir" in summary else self._eval_dir(Path(model), corpus)
         return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
+
+    @contextlib.contextmanager
+    def _exclusive(self, artifact: Path):
+        """Hold the lock of ``artifact`` (a hidden ``.<name>.lock`` beside it), so that two
+        reproductions sharing a store build each artifact once: the second waits, then reuses it."""
+        artifact = Path(artifact)
+        artifact.parent.mkdir(parents=True, exist_ok=True)
+        with open(artifact.parent / f".{artifact.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.log(f"[reproduce] waiting for another process to finish {artifact}")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _eval_dir(self, model: Path, corpus: Path | None) -> Path:
         # a run and its final checkpoint are one model: key the cache by the checkpoint

@@ -45,6 +45,29 @@ def test_family_members_share_the_base_tokenizer_and_are_built_once(tmp_path, fa
     assert fake_pretrain == ["fa-tiny", "fa-tiny-4opt8sub"]          # reused, not retrained
 
 
+def test_two_reproductions_sharing_a_store_build_each_model_once(tmp_path, fake_pretrain, monkeypatch):
+    import threading
+    import time
+
+    import pretrain.train
+    fast_main = pretrain.train.main
+
+    def slow_main(argv):          # long enough that the second builder arrives mid-build
+        time.sleep(0.3)
+        return fast_main(argv)
+    monkeypatch.setattr(pretrain.train, "main", slow_main)
+    logs, results = [], []
+    stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=logs.append) for _ in range(2)]
+    threads = [threading.Thread(target=lambda s=s: results.append(s.pretrained(patterns="4opt8sub"))) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fake_pretrain == ["fa-tiny", "fa-tiny-4opt8sub"]          # each built once, not twice
+    assert results == [tmp_path / "runs" / "tiny" / "pretrain" / "fa-tiny-4opt8sub"] * 2
+    assert any(m.startswith("[reproduce] waiting for another process") for m in logs)
+
+
 def test_a_failed_stage_is_an_error_not_a_silent_artifact(tmp_path, monkeypatch):
     import pretrain.train
     monkeypatch.setattr(pretrain.train, "main", lambda argv: 3)
