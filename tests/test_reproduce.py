@@ -313,3 +313,22 @@ def test_the_update_direction_note_says_when_a_method_never_moved():
     assert direction_note(0.9, 0.1).endswith("— ours does not.")
     idle = direction_note(float("nan"), 0.94)
     assert idle.startswith("GRPO made no parameter update") and "nan" not in idle and "agrees" not in idle
+
+
+def test_table1_verdicts_follow_our_numbers_not_the_papers():
+    from analysis.repro_pretrain import mixture_verdicts
+
+    def mix(mid, long):
+        return {"mid pass@8": mid, "long pass@8": long, "long avg@8": long / 2}
+    paper_like = {"100/0/0": mix(0, 0), "100/5/0": mix(50, 0), "100/0/5": mix(0, 12),
+                  "100/100/50": mix(90, 80), "100/100/100": mix(90, 70)}
+    notes = " ".join(mixture_verdicts(paper_like, 4))
+    assert "below half the full mix's on both longer bins: agreement." in notes
+    assert "both rise: agreement." in notes and "steps of 25 points" in notes
+    composing = {**paper_like, "100/0/0": mix(25, 50), "100/0/5": mix(0, 50)}
+    notes = " ".join(mixture_verdicts(composing, 0))
+    assert "ours composes short skills" in notes and "long does not rise: not the paper's result." in notes
+    assert "steps of" not in notes                                 # every task evaluated: no granularity note
+    nothing = {k: mix(0, 0) for k in paper_like}                  # a model that solves nothing composes nothing
+    assert mixture_verdicts(nothing, 1)[0].endswith("so this tests nothing.")
+
