@@ -93,6 +93,10 @@ def region_map(store: Store) -> Report:
                                            reference=reference))
     for key, c in curves.items():
         report.figures.append(plot_lines(c, out / f"fig8_{key}.png", "step", key, title=f"Training {key} (Fig. 8)"))
+    eff = {m: c.get("effective", 0) for m, c in counts.items()}
+    report.notes.append(f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of {len(cells)}; the paper's claim is "
+                        "that OPD's effective region is the broader one (low quality, long horizons)"
+                        + (" — ours agrees." if eff["OPD"] > eff["GRPO"] else " — ours does not show it."))
     low_long = report.results.get("4opt8sub/long", {})
     if low_long:
         report.notes.append(f"4 Opt:8 Sub x long: GRPO {low_long['grpo avg']:+.1f}, OPD {low_long['opd avg']:+.1f} "

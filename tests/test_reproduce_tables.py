@@ -267,6 +267,9 @@ def check_fig7(store, r, md):
                 assert r[f"{q}/{d}"][f"{method} avg"] == pytest.approx(delta)
                 label = "unnecessary" if base >= 90 else "effective" if delta >= 2 else "unsupported"
                 assert r["regions"][method.upper()][d][q] == label
+    eff = {m: sum(v == "effective" for row in r["regions"][m].values() for v in row.values()) for m in ("GRPO", "OPD")}
+    assert f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of 9" in md
+    assert ("broader one (low quality, long horizons) — ours agrees." in md) == (eff["OPD"] > eff["GRPO"])
 
 
 def check_fig9_10(store, r, md):
