@@ -108,23 +108,25 @@ class Store:
         return out
 
     # ----- pre-training ----------------------------------------------------------------------------
-    def pretrained(self, family: tuple[str, ...] | None = None, **changes) -> Path:
+    def pretrained(self, family: tuple[str, ...] | None = None, steps: int | None = None, **changes) -> Path:
         """The family member pre-trained on ``corpus(**changes)``; the family base comes first.
 
         ``family`` is the domain set whose base provides the tokenizer (default: the corpus's own
-        domains); a model of another family's tokenizer lives at ``<corpus name>@<family>``."""
+        domains); a model of another family's tokenizer lives at ``<corpus name>@<family>``.
+        ``steps``: train this many steps instead of the scale's preset (``<corpus name>-<N>steps``)."""
         from pretrain.train import main as pretrain_main
         cfg = self.corpus_config(**changes)
         family = tuple(family or cfg.domains)
         base = self.corpus_config(domains=family)
-        run = self.home / "pretrain" / (cfg.name if family == cfg.domains else f"{cfg.name}@{'+'.join(family)}")
+        name = cfg.name + (f"-{steps}steps" if steps else "")
+        run = self.home / "pretrain" / (name if family == cfg.domains else f"{name}@{'+'.join(family)}")
         if (run / "summary.json").is_file():
             return run
         with self._exclusive(run):
             if (run / "summary.json").is_file():     # another process built it meanwhile
                 return run
             data = self.corpus(**changes)
-            if cfg.name != base.name:
+            if name != base.name:
                 base_run = self.pretrained(domains=family)
                 if not (run / "tokenizer" / "tokenizer.json").is_file():
                     shutil.rmtree(run / "tokenizer", ignore_errors=True)
@@ -133,7 +135,7 @@ class Store:
             resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
             self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
             argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
-                    "--set", f"seed={self.seed}"]
+                    "--set", f"seed={self.seed}"] + (["--set", f"steps={steps}"] if steps else [])
             if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
                 raise ReproductionError(f"pre-training {run} failed")
             return run

@@ -1,6 +1,9 @@
 """Pre-training reproductions (paper §4): what the corpus does to planning.
 
-* Figs. 3-4 — world-model chain of thought vs direct actions, same tasks, same budget.
+* Figs. 3-4 — world-model chain of thought vs direct actions, same tasks, same budget.  A budget
+  equal in steps (tokens) is unequal in trajectories: a world-model trajectory is about twice as
+  long, so the direct arm sees its corpus about twice as often.  A third arm therefore trains the
+  direct model only until it has seen as many trajectories (epochs) as the world model.
 * Table 1 / Fig. 5 — the S/M/L horizon ladder: does a little mid/long data unlock composition?
 * Fig. 6 — optimal vs suboptimal trajectories: 1 Opt, 4 Opt, 4 Opt:4 Sub, 4 Opt:8 Sub.
 
@@ -10,6 +13,9 @@ which hold the same tasks for every member (test tasks do not depend on the corp
 format or horizon mix).
 """
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -28,25 +34,53 @@ def _scores(summary: dict, split: str = "ID") -> dict[str, float]:
     return {f"{d} {m}": cell(summary, split, d, m) for d in (*DIFFS, "all") for m in ("avg@8", "pass@8")}
 
 
+def corpus_tokens(run: Path) -> int:
+    """Tokens in one epoch of a pre-training run's corpus (its packed stream, cached by the run)."""
+    from pretrain.data import load_split
+    from pretrain.tokenizer import load_tokenizer, special_ids
+    record = json.loads((Path(run) / "train_config.json").read_text())
+    tok = load_tokenizer(Path(run) / "tokenizer")
+    data = load_split(Path(record["data"]), "pretrain.jsonl", tok, special_ids(tok), record["config"]["block_size"],
+                      record["config"]["seed"], cache_dir=Path(run) / "cache")
+    return len(data.stream)
+
+
+def equal_trajectory_steps(reference: Path, other: Path) -> int:
+    """Steps at which ``other`` has seen as many epochs of its corpus as ``reference`` at its end
+    (both runs use the same batch of tokens per step)."""
+    steps = json.loads((Path(reference) / "train_config.json").read_text())["config"]["steps"]
+    return max(1, round(steps * corpus_tokens(other) / corpus_tokens(reference)))
+
+
 def world_model_vs_direct(store: Store) -> Report:
     report = Report("Figs. 3-4: world-model CoT vs direct actions")
     arms = {"world model": store.pretrained(), "direct": store.pretrained(cot_format="direct")}
-    report.runs += arms.values()
-    evals = {name: store.evaluation(run) for name, run in arms.items()}
+    eq_steps = equal_trajectory_steps(arms["world model"], arms["direct"])
+    same = eq_steps == json.loads((arms["direct"] / "train_config.json").read_text())["config"]["steps"]
+    equal = arms["direct"] if same else store.pretrained(cot_format="direct", steps=eq_steps)
+    report.runs += [*arms.values(), equal]
+    evals = {name: store.evaluation(run) for name, run in {**arms, "equal": equal}.items()}
     for split in ("ID", "OOD"):
         rows = []
         for d in (*DIFFS, "all"):
-            wm, di = (cell(evals[a], split, d) for a in arms)
-            rows.append([d, wm, di, wm - di, paper("fig3-4", "gain", d) if split == "ID" else None,
+            wm, di, eq = (cell(evals[a], split, d) for a in ("world model", "direct", "equal"))
+            rows.append([d, wm, di, wm - di, eq, wm - eq, paper("fig3-4", "gain", d) if split == "ID" else None,
                          cell(evals["world model"], split, d, "pass@8"), cell(evals["direct"], split, d, "pass@8")])
-            report.results[f"{split}/{d}"] = {"world_model": wm, "direct": di, "gain": wm - di}
-        report.add(f"{split} avg@8 (%) by difficulty, and the world-model gain",
-                   ["difficulty", "world model", "direct", "gain", "paper gain", "wm pass@8", "direct pass@8"], rows)
+            report.results[f"{split}/{d}"] = {"world_model": wm, "direct": di, "gain": wm - di,
+                                              "direct_equal_trajectories": eq, "gain_equal_trajectories": wm - eq}
+        report.add(f"{split} avg@8 (%) by difficulty, and the world-model gain over direct at equal steps and at "
+                   f"equal trajectories (direct stopped at step {eq_steps})",
+                   ["difficulty", "world model", "direct", "gain", f"direct, {eq_steps} steps", "gain, equal traj.",
+                    "paper gain", "wm pass@8", "direct pass@8"], rows)
+    report.results["equal_trajectory_steps"] = eq_steps
     out = store.out("fig3-4")
-    bars = pd.DataFrame({a: [cell(evals[a], "ID", d) for d in DIFFS] for a in arms}, index=list(DIFFS))
+    labels = {"world model": "world model", "direct": "direct", "equal": f"direct, {eq_steps} steps (equal trajectories)"}
+    bars = pd.DataFrame({labels[a]: [cell(evals[a], "ID", d) for d in DIFFS] for a in evals}, index=list(DIFFS))
     report.figures.append(plot_grouped_bars(bars, out / "fig3_world_model_vs_direct.png",
                                             title="ID avg@8: world-model CoT vs direct (Fig. 3)"))
-    gains = pd.DataFrame({"ours": [report.results[f"ID/{d}"]["gain"] for d in DIFFS],
+    gains = pd.DataFrame({"ours, equal steps": [report.results[f"ID/{d}"]["gain"] for d in DIFFS],
+                          "ours, equal trajectories": [report.results[f"ID/{d}"]["gain_equal_trajectories"]
+                                                       for d in DIFFS],
                           "paper": [paper("fig3-4", "gain", d) for d in DIFFS]}, index=list(DIFFS))
     report.figures.append(plot_grouped_bars(gains, out / "fig3_gain_vs_paper.png", ylabel="gain (avg@8 points)",
                                             title="world-model minus direct ID avg@8, ours beside the paper's"))
@@ -65,15 +99,21 @@ def world_model_vs_direct(store: Store) -> Report:
             curves[f"{name} / {d}"] = (xs, ys)
     report.figures.append(plot_lines(curves, out / "fig4_scaling.png", "pre-training step", "ID avg@8 (%)",
                                      title="avg@8 along pre-training (Fig. 4)"))
-    gains = [report.results[f"ID/{d}"]["gain"] for d in DIFFS]
+    for key, budget in (("gain", "At equal steps (tokens)"),
+                        ("gain_equal_trajectories", f"At equal trajectories (direct stopped at step {eq_steps})")):
+        report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS]))
+    return report
+
+
+def gain_verdict(gains: list[float]) -> str:
+    """Fig. 3's claim checked on our world-model gains (short, mid, long)."""
     wins = sum(g > 0 for g in gains)
     grows = gains[0] <= gains[1] <= gains[2] and gains[0] < gains[2]
-    report.notes.append(f"world-model minus direct ID avg@8 by difficulty: {', '.join(f'{g:+.1f}' for g in gains)} "
-                        "(paper +9.4 / +39.3 / +45.8). In the paper the world model wins at every horizon and "
-                        f"its gain grows with the horizon; ours wins at {wins} of 3 and its gain "
-                        + ("grows" if grows else "does not grow") + " with the horizon"
-                        + (" — agreement." if wins == 3 and grows else " — not the paper's result."))
-    return report
+    return (f"world-model minus direct ID avg@8 by difficulty: {', '.join(f'{g:+.1f}' for g in gains)} "
+            "(paper +9.4 / +39.3 / +45.8). In the paper the world model wins at every horizon and "
+            f"its gain grows with the horizon; ours wins at {wins} of 3 and its gain "
+            + ("grows" if grows else "does not grow") + " with the horizon"
+            + (" — agreement." if wins == 3 and grows else " — not the paper's result."))
 
 
 def horizon_mixtures(store: Store) -> Report:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import artifacts, reproduce
+from analysis import artifacts, repro_pretrain, reproduce
 from analysis.artifacts import EVAL_K, Store
 from analysis.params import load_state_dict
 from analysis.report import cell_text
@@ -35,6 +35,7 @@ from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, to
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PRETRAIN_STEPS = (100, 200, 300)                 # the tiny preset's checkpoints (ckpt_every 100)
+REAL_CORPUS_TOKENS = repro_pretrain.corpus_tokens      # the `store` fixture fakes it for Fig. 3's third arm
 POST_STEP = 1e-4                                 # how far one fake post-training step moves the weights
 
 
@@ -120,7 +121,9 @@ class Fakes:
         data, out = Path(argv[argv.index("--data") + 1]), Path(argv[argv.index("--out") + 1])
         if not (out / "tokenizer" / "tokenizer.json").is_file():       # a family member keeps the base's
             save_tokenizer(self.assets["tokenizer"], out / "tokenizer")
-        (out / "train_config.json").write_text(json.dumps({"data": str(data), "config": {"scale": "tiny"}}))
+        steps = [int(a.split("=")[1]) for a in argv if a.startswith("steps=")] or [PRETRAIN_STEPS[-1]]
+        (out / "train_config.json").write_text(json.dumps({"data": str(data), "config": {"scale": "tiny",
+                                                                                          "steps": steps[-1]}}))
         direction = self.noise(out.name)
         for step in PRETRAIN_STEPS:
             ckpt = self.write_checkpoint(out, step, {k: v + 0.02 * step / 300 * direction[k]
@@ -206,6 +209,8 @@ def store(assets, tmp_path_factory):  # noqa: F811
         mp.setattr(FakeTrainer, "fakes", fakes, raising=False)
         mp.setattr(posttrain.train, "Trainer", FakeTrainer)
         mp.setattr(posttrain.mopd, "Trainer", FakeTrainer)
+        # a direct trajectory 0.4 times as long as a world-model one: equal trajectories at step 120
+        mp.setattr(repro_pretrain, "corpus_tokens", lambda run: 400 if "direct" in Path(run).name else 1000)
         yield store
 
 
@@ -227,10 +232,17 @@ def check_fig3_4(store, r, md):
     scaling = {(e["arm"], e["step"], e["difficulty"]): e["avg@8"] for e in r["scaling"]}
     early = key_of(store, store.checkpoint(store.pretrained(cot_format="direct"), 100))
     assert len(scaling) == 18 and scaling[("direct", 100, "mid")] == pytest.approx(fake_score(early, "ID", "mid"))
-    g = [r[f"ID/{d}"]["gain"] for d in DIFFS]        # "grows" needs a rise, not a flat line of zeros
-    grows = g[0] <= g[1] <= g[2] and g[0] < g[2]
-    assert f"ours wins at {sum(x > 0 for x in g)} of 3 and its gain {'grows' if grows else 'does not grow'}" in md
-    assert ("— agreement." in md) == (grows and min(g) > 0)
+    equal = key_of(store, store.pretrained(cot_format="direct", steps=120))
+    assert r["equal_trajectory_steps"] == 120 and "fa-tiny-direct-120steps" in equal
+    for d in (*DIFFS, "all"):
+        assert r[f"ID/{d}"]["gain_equal_trajectories"] == pytest.approx(fake_score(wm, "ID", d)
+                                                                       - fake_score(equal, "ID", d))
+    for key in ("gain", "gain_equal_trajectories"):
+        g = [r[f"ID/{d}"][key] for d in DIFFS]        # "grows" needs a rise, not a flat line of zeros
+        grows = g[0] <= g[1] <= g[2] and g[0] < g[2]
+        verdict = f"ours wins at {sum(x > 0 for x in g)} of 3 and its gain {'grows' if grows else 'does not grow'}"
+        line = next(n for n in md.splitlines() if n.startswith("- At equal " + ("steps" if key == "gain" else "traj")))
+        assert verdict in line and ("— agreement." in line) == (grows and min(g) > 0)
 
 
 def check_table1(store, r, md):
@@ -382,3 +394,16 @@ def test_table_builds_end_to_end(store, table_id):
     assert linked == [f"{name}.png" for name in figures]
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in linked)
     check(store, results, md)
+
+
+def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_path, monkeypatch):  # noqa: F811
+    from pretrain.data import read_texts
+    run = tmp_path / "run"
+    save_tokenizer(assets["tokenizer"], run / "tokenizer")
+    (run / "train_config.json").write_text(json.dumps({"data": str(assets["corpus"]),
+                                                       "config": {"block_size": 16, "seed": 0, "steps": 300}}))
+    texts = read_texts(assets["corpus"] / "pretrain.jsonl")
+    n = sum(len(assets["tokenizer"](t, add_special_tokens=False)["input_ids"]) + 1 for t in texts)   # + one EOS each
+    assert REAL_CORPUS_TOKENS(run) == n
+    monkeypatch.setattr(repro_pretrain, "corpus_tokens", lambda r: n if r == run else n // 4)
+    assert repro_pretrain.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)
