@@ -45,19 +45,22 @@ def corpus_tokens(run: Path) -> int:
     return len(data.stream)
 
 
+def trained_steps(run: Path) -> int:
+    return json.loads((Path(run) / "train_config.json").read_text())["config"]["steps"]
+
+
 def equal_trajectory_steps(reference: Path, other: Path) -> int:
     """Steps at which ``other`` has seen as many epochs of its corpus as ``reference`` at its end
     (both runs use the same batch of tokens per step)."""
-    steps = json.loads((Path(reference) / "train_config.json").read_text())["config"]["steps"]
-    return max(1, round(steps * corpus_tokens(other) / corpus_tokens(reference)))
+    return max(1, round(trained_steps(reference) * corpus_tokens(other) / corpus_tokens(reference)))
 
 
 def world_model_vs_direct(store: Store) -> Report:
     report = Report("Figs. 3-4: world-model CoT vs direct actions")
     arms = {"world model": store.pretrained(), "direct": store.pretrained(cot_format="direct")}
     eq_steps = equal_trajectory_steps(arms["world model"], arms["direct"])
-    same = eq_steps == json.loads((arms["direct"] / "train_config.json").read_text())["config"]["steps"]
-    equal = arms["direct"] if same else store.pretrained(cot_format="direct", steps=eq_steps)
+    equal = arms["direct"] if eq_steps == trained_steps(arms["direct"]) else \
+        store.pretrained(cot_format="direct", steps=eq_steps)
     report.runs += [*arms.values(), equal]
     evals = {name: store.evaluation(run) for name, run in {**arms, "equal": equal}.items()}
     for split in ("ID", "OOD"):
