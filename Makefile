@@ -31,7 +31,7 @@ help:
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
 	@echo "make curves RUNS=\"runs/a runs/b\" [REF=a]           training-curve PNGs (+ comparison.md against run a)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
-	@echo "make reproduce-all [SCALE=tiny]                   every table, in dependency order, reusing artifacts"
+	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
@@ -88,7 +88,7 @@ reproduce: $(STAMP)
 	$(BIN)/python -m analysis.reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
 
 reproduce-all: $(STAMP)
-	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
+	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))
 
 eval: $(STAMP)
 	$(BIN)/python -m posttrain.evaluate --run $(RUN)

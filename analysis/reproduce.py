@@ -3,6 +3,7 @@
     python -m analysis.reproduce fig3-4 --scale tiny      # one table (builds what it needs)
     python -m analysis.reproduce all --scale tiny         # every table, in dependency order
     python -m analysis.reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± std
+    python -m analysis.reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
     python -m analysis.reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Callable
 
 from analysis import repro_merge, repro_pretrain, repro_shaping, repro_turnopd
 from analysis.artifacts import ReproductionError, Store
@@ -104,6 +108,34 @@ def reproduce_seeds(table_id: str, stores: list[Store]) -> Path:
     return out / "seeds.md"
 
 
+def run_tables(todo: list[str], jobs: int, command: Callable[[str], list[str]], log_dir: Callable[[str], Path],
+               say=print) -> list[str]:
+    """Run each table's ``command`` as its own process, at most ``jobs`` at once, started in the
+    order of ``todo`` (the dependency order).  Tables that need one artifact are safe together: the
+    store builds it under a lock and the other process waits, then reuses it.  Each process writes
+    ``log_dir(table)/reproduce.log``; returns the tables whose process failed."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))   # cores shared, not oversubscribed
+
+    def one(table_id: str) -> tuple[str, int, float]:
+        log = Path(log_dir(table_id)) / "reproduce.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        with open(log, "w") as f:
+            rc = subprocess.run(command(table_id), stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        return table_id, rc, time.time() - t0
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:     # submitted in order, so started in order
+        for done in as_completed([pool.submit(one, t) for t in todo]):
+            table_id, rc, seconds = done.result()
+            say(f"[reproduce] {table_id}: {'done' if rc == 0 else f'FAILED (exit {rc})'} in {seconds / 60:.1f} min, "
+                f"log {Path(log_dir(table_id)) / 'reproduce.log'}")
+            if rc:
+                failed.append(table_id)
+    return failed
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise ReproductionError(message)
@@ -116,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
     p.add_argument("--data-dir", default="data")
     p.add_argument("--seeds", type=int, default=1, help="train and sample every model with seeds 0..N-1 (default 1)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="with all: run this many tables at once, one process each (default 1)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
@@ -129,11 +163,21 @@ def main(argv: list[str] | None = None) -> int:
         scale = resolve_scale(args.scale, announce=lambda m: print(m, file=sys.stderr))
         if args.seeds < 1:
             raise ReproductionError(f"--seeds must be at least 1, not {args.seeds}")
+        if args.jobs < 1:
+            raise ReproductionError(f"--jobs must be at least 1, not {args.jobs}")
         stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in range(args.seeds)]
         todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
         t0 = time.time()
-        for table_id in todo:
-            reproduce_seeds(table_id, stores)
+        if args.jobs > 1 and len(todo) > 1:
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--seeds", str(args.seeds)]
+            failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "analysis.reproduce", t, *same],
+                                stores[0].out)
+            if failed:
+                print(f"error: {', '.join(failed)} failed (see their reproduce.log)", file=sys.stderr)
+                return 1
+        else:
+            for table_id in todo:
+                reproduce_seeds(table_id, stores)
         if len(todo) > 1:
             print(f"reproduced {len(todo)} tables at scale {scale} ({args.seeds} seed(s)) in "
                   f"{(time.time() - t0) / 60:.1f} min under {stores[0].home}")

@@ -174,8 +174,9 @@ def test_cli_lists_tables_and_refuses_bad_input(capsys):
             "turnopd-ablation"} <= set(listed)
     assert main(["fig99", "--scale", "tiny"]) == 2
     assert main(["fig3-4", "--scale", "huge"]) == 2
+    assert main(["all", "--scale", "tiny", "--jobs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("error:") for line in err)
+    assert len(err) == 3 and all(line.startswith("error:") for line in err)
 
 
 def test_training_curves_plot_every_logged_metric_and_refuse_a_missing_run(tmp_path):
@@ -332,3 +333,26 @@ def test_table1_verdicts_follow_our_numbers_not_the_papers():
     nothing = {k: mix(0, 0) for k in paper_like}                  # a model that solves nothing composes nothing
     assert mixture_verdicts(nothing, 1)[0].endswith("so this tests nothing.")
 
+
+
+def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_named(tmp_path):
+    import sys
+
+    from analysis.reproduce import run_tables
+    # each fake table records when it started and ended; "bad" exits 3
+    script = ("import sys, time, pathlib; t = sys.argv[1]; p = pathlib.Path(sys.argv[2]);"
+              "p.joinpath(t + '.start').write_text(repr(time.time())); time.sleep(0.4);"
+              "p.joinpath(t + '.end').write_text(repr(time.time())); print('log of', t); sys.exit(3 if t == 'bad' else 0)")
+    todo = ["a", "b", "bad", "c", "d"]
+    said = []
+    failed = run_tables(todo, 2, lambda t: [sys.executable, "-c", script, t, str(tmp_path)],
+                        lambda t: tmp_path / "out" / t, say=said.append)
+    assert failed == ["bad"]
+    spans = {t: (float((tmp_path / f"{t}.start").read_text()), float((tmp_path / f"{t}.end").read_text())) for t in todo}
+    for t0, _ in spans.values():           # never more than two running at any start
+        assert sum(s <= t0 < e for s, e in spans.values()) <= 2
+    assert spans["a"][0] <= spans["c"][0] and spans["b"][0] <= spans["d"][0]   # started in dependency order
+    assert any(s1 < s2 < e1 for s1, e1 in spans.values() for s2, _ in spans.values())  # two did run together
+    assert (tmp_path / "out" / "c" / "reproduce.log").read_text().strip() == "log of c"
+    assert sorted(line.split()[1] for line in said) == sorted(t + ":" for t in todo)
+    assert any("bad: FAILED (exit 3)" in line for line in said)
