@@ -12,13 +12,14 @@ DATA_DIR ?= data
 SEED     ?= 0
 
 RUNS     ?= runs
+RUNS_ROOT ?= runs/reproduce
 
 RUN      ?=
 TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all bench-gym bench-train bench-rollout bench-update clean
+.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update clean
 .DEFAULT_GOAL := help
 
 help:
@@ -32,6 +33,7 @@ help:
 	@echo "make curves RUNS=\"runs/a runs/b\" [REF=a]           training-curve PNGs (+ comparison.md against run a)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
+	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked)"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
@@ -89,6 +91,14 @@ reproduce: $(STAMP)
 
 reproduce-all: $(STAMP)
 	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))
+
+# runs/ is not tracked: a measured table, its results, config and figures are kept in results/<scale>/<table>/
+publish:
+	@test -n "$(TABLE)" -a -n "$(SCALE)" || { echo "error: make publish needs TABLE=... and SCALE=..."; exit 2; }
+	@test -f $(RUNS_ROOT)/$(SCALE)/$(TABLE)/table.md || { echo "error: $(RUNS_ROOT)/$(SCALE)/$(TABLE)/table.md does not exist"; exit 2; }
+	mkdir -p results/$(SCALE)/$(TABLE)
+	cp $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.md $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.json results/$(SCALE)/$(TABLE)/
+	cp $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.png results/$(SCALE)/$(TABLE)/ 2>/dev/null || true
 
 eval: $(STAMP)
 	$(BIN)/python -m posttrain.evaluate --run $(RUN)
