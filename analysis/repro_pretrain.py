@@ -166,8 +166,8 @@ def mixture_verdicts(r: dict, tasks_per_cell: int) -> list[str]:
         f"{r['100/5/0']['mid pass@8']:.1f} (paper 0.83 -> 51.88), +5% long data takes long pass@8 "
         f"{short['long pass@8']:.1f} -> {r['100/0/5']['long pass@8']:.1f} (paper 0 -> 11.46)"
         + (" — both rise: agreement." if mid_up and long_up else
-           " — " + " and ".join(x for x, up in (("mid", mid_up), ("long", long_up)) if not up) + " does not rise: "
-           "not the paper's result."),
+           " — " + ("neither rises" if not (mid_up or long_up) else ("mid" if not mid_up else "long") + " does not rise")
+           + ": not the paper's result."),
         f"100/100/50 vs 100/100/100 long avg@8: {r['100/100/50']['long avg@8']:.1f} vs "
         f"{r['100/100/100']['long avg@8']:.1f} (paper 74.84 vs 68.52, a non-monotonic step the paper's review asks about).",
     ]

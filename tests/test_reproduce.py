@@ -332,6 +332,7 @@ def test_table1_verdicts_follow_our_numbers_not_the_papers():
     assert "steps of" not in notes                                 # every task evaluated: no granularity note
     nothing = {k: mix(0, 0) for k in paper_like}                  # a model that solves nothing composes nothing
     assert mixture_verdicts(nothing, 1)[0].endswith("so this tests nothing.")
+    assert mixture_verdicts(nothing, 1)[1].endswith("neither rises: not the paper's result.")
 
 
 
