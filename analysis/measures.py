@@ -24,7 +24,8 @@ from planning_gym.patterns import OTHERS, PATTERN_NAMES, PATTERNS, classify_traj
 __all__ = ["token_kl_frame", "kl_group_summary", "per_turn_kl", "loss_budget_share",
            "compare_loss_budgets", "PATTERN_COLUMNS", "pattern_labels", "pattern_distribution",
            "pattern_table", "REGIONS", "region_labels", "region_counts", "same_step_table",
-           "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds"]
+           "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds",
+           "paired_difference"]
 
 
 # ----------------------------------------------------------------------------- token KL (Fig. 13)
@@ -237,6 +238,29 @@ def speedup_table(logs, reference: str, target: Optional[float] = None) -> pd.Da
     return pd.DataFrame({"target": target, "time_to_target": times,
                          "speedup": {m: ref / t if t and not math.isnan(t) else float("nan")
                                      for m, t in times.items()}}).rename_axis("method")
+
+
+# ----------------------------------------------------------------------------- paired tasks
+def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
+                      difficulty: str = "all") -> tuple[float, float, int]:
+    """Mean and standard error over tasks of ``a``'s minus ``b``'s success rate (percent), from two
+    evaluations' per-sample records (``samples.jsonl``) on the same tasks.
+
+    Pairing by task removes the task-to-task spread that dominates when a cell holds a few tasks;
+    the standard error is NaN for a single task. ``difficulty="all"`` pools the bins."""
+    def rates(samples):
+        rows = pd.DataFrame([{"task": x["task"], "success": float(x["success"])} for x in samples
+                             if x["split"] == split and difficulty in ("all", x["difficulty"])])
+        return rows.groupby("task")["success"].mean() * 100 if len(rows) else pd.Series(dtype=float)
+    ra, rb = rates(a), rates(b)
+    if set(ra.index) != set(rb.index):
+        raise ValueError(f"paired_difference: the evaluations cover different {split}/{difficulty} tasks "
+                         f"({len(ra)} vs {len(rb)}, {len(set(ra.index) & set(rb.index))} in common)")
+    if ra.empty:
+        return float("nan"), float("nan"), 0
+    diff = (ra - rb.reindex(ra.index)).to_numpy()
+    se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+    return float(diff.mean()), se, len(diff)
 
 
 # ----------------------------------------------------------------------------- seeds

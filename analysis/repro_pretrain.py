@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.artifacts import Store, cell
 from analysis.figures import plot_grouped_bars, plot_lines
+from analysis.measures import paired_difference
 from analysis.paper_numbers import paper
 from analysis.report import Report
 
@@ -62,19 +63,26 @@ def world_model_vs_direct(store: Store) -> Report:
     equal = arms["direct"] if eq_steps == trained_steps(arms["direct"]) else \
         store.pretrained(cot_format="direct", steps=eq_steps)
     report.runs += [*arms.values(), equal]
-    evals = {name: store.evaluation(run) for name, run in {**arms, "equal": equal}.items()}
+    runs = {**arms, "equal": equal}
+    evals = {name: store.evaluation(run) for name, run in runs.items()}
+    samples = {name: store.samples(run) for name, run in runs.items()}   # both corpora hold the same tasks
     for split in ("ID", "OOD"):
         rows = []
         for d in (*DIFFS, "all"):
             wm, di, eq = (cell(evals[a], split, d) for a in ("world model", "direct", "equal"))
-            rows.append([d, wm, di, wm - di, eq, wm - eq, paper("fig3-4", "gain", d) if split == "ID" else None,
+            _, se, _ = paired_difference(samples["world model"], samples["direct"], split, d)
+            _, se_eq, _ = paired_difference(samples["world model"], samples["equal"], split, d)
+            rows.append([d, wm, di, wm - di, se, eq, wm - eq, se_eq,
+                         paper("fig3-4", "gain", d) if split == "ID" else None,
                          cell(evals["world model"], split, d, "pass@8"), cell(evals["direct"], split, d, "pass@8")])
-            report.results[f"{split}/{d}"] = {"world_model": wm, "direct": di, "gain": wm - di,
-                                              "direct_equal_trajectories": eq, "gain_equal_trajectories": wm - eq}
+            report.results[f"{split}/{d}"] = {"world_model": wm, "direct": di, "gain": wm - di, "gain_se": se,
+                                              "direct_equal_trajectories": eq, "gain_equal_trajectories": wm - eq,
+                                              "gain_equal_trajectories_se": se_eq}
         report.add(f"{split} avg@8 (%) by difficulty, and the world-model gain over direct at equal steps and at "
-                   f"equal trajectories (direct stopped at step {eq_steps})",
-                   ["difficulty", "world model", "direct", "gain", f"direct, {eq_steps} steps", "gain, equal traj.",
-                    "paper gain", "wm pass@8", "direct pass@8"], rows)
+                   f"equal trajectories (direct stopped at step {eq_steps}); ± SE: standard error of the gain, "
+                   "paired by task",
+                   ["difficulty", "world model", "direct", "gain", "± SE", f"direct, {eq_steps} steps",
+                    "gain, equal traj.", "± SE", "paper gain", "wm pass@8", "direct pass@8"], rows)
     report.results["equal_trajectory_steps"] = eq_steps
     out = store.out("fig3-4")
     labels = {"world model": "world model", "direct": "direct", "equal": f"direct, {eq_steps} steps (equal trajectories)"}
@@ -104,19 +112,31 @@ def world_model_vs_direct(store: Store) -> Report:
                                      title="avg@8 along pre-training (Fig. 4)"))
     for key, budget in (("gain", "At equal steps (tokens)"),
                         ("gain_equal_trajectories", f"At equal trajectories (direct stopped at step {eq_steps})")):
-        report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS]))
+        report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS],
+                                                         [report.results[f"ID/{d}"][f"{key}_se"] for d in DIFFS]))
     return report
 
 
-def gain_verdict(gains: list[float]) -> str:
-    """Fig. 3's claim checked on our world-model gains (short, mid, long)."""
+def gain_verdict(gains: list[float], ses: list[float]) -> str:
+    """Fig. 3's claim checked on our world-model gains (short, mid, long) and their paired standard
+    errors: the gain "grows with the horizon" only if it never falls and long exceeds short by more
+    than two standard errors of that difference."""
     wins = sum(g > 0 for g in gains)
-    grows = gains[0] <= gains[1] <= gains[2] and gains[0] < gains[2]
-    return (f"world-model minus direct ID avg@8 by difficulty: {', '.join(f'{g:+.1f}' for g in gains)} "
+    clear = sum(g > 2 * se for g, se in zip(gains, ses))           # False for a NaN standard error
+    rise, noise = gains[2] - gains[0], 2 * (ses[0] ** 2 + ses[2] ** 2) ** 0.5
+    monotone = gains[0] <= gains[1] <= gains[2] and rise > 0
+    grows = monotone and rise > noise
+    trend = ("grows with the horizon" if grows else
+             "does not grow with the horizon" if not monotone else
+             f"rises by {rise:.1f} points from short to long, within two standard errors ({noise:.1f})"
+             if noise == noise else f"rises by {rise:.1f} points from short to long, which one task per cell "
+                                    "cannot tell from noise")
+    return (f"world-model minus direct ID avg@8 by difficulty: "
+            f"{', '.join(f'{g:+.1f} ± {se:.1f}' if se == se else f'{g:+.1f}' for g, se in zip(gains, ses))} "
             "(paper +9.4 / +39.3 / +45.8). In the paper the world model wins at every horizon and "
-            f"its gain grows with the horizon; ours wins at {wins} of 3 and its gain "
-            + ("grows" if grows else "does not grow") + " with the horizon"
-            + (" — agreement." if wins == 3 and grows else " — not the paper's result."))
+            f"its gain grows with the horizon; ours wins at {wins} of 3 ({clear} by more than two standard errors) "
+            f"and its gain {trend}" + (" — agreement." if wins == 3 and grows else
+                                       " — agreement in sign only." if wins == 3 else " — not the paper's result."))
 
 
 def horizon_mixtures(store: Store) -> Report:

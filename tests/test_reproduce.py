@@ -357,3 +357,29 @@ def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_
     assert (tmp_path / "out" / "c" / "reproduce.log").read_text().strip() == "log of c"
     assert sorted(line.split()[1] for line in said) == sorted(t + ":" for t in todo)
     assert any("bad: FAILED (exit 3)" in line for line in said)
+
+
+def test_paired_gain_and_its_standard_error_decide_whether_the_gain_grows():
+    from analysis.measures import paired_difference
+    from analysis.repro_pretrain import gain_verdict
+
+    def samples(rates):          # task -> number of the 8 samples that succeed
+        return [{"split": "ID", "difficulty": t.split("-")[0], "task": t, "success": s < n}
+                for t, n in rates.items() for s in range(8)]
+    a = samples({"long-0": 8, "long-1": 4, "long-2": 6, "short-0": 8})
+    b = samples({"long-0": 4, "long-1": 4, "long-2": 0, "short-0": 8})
+    mean, se, n = paired_difference(a, b, "ID", "long")              # differences 50, 0, 75 points
+    assert (n, mean) == (3, pytest.approx(125 / 3)) and se == pytest.approx(22.048, abs=1e-3)
+    assert paired_difference(a, b, "ID", "short")[1] != paired_difference(a, b, "ID", "short")[1]  # one task
+    assert paired_difference(a, b, "ID")[2] == 4
+    with pytest.raises(ValueError, match="different ID/long tasks"):
+        paired_difference(a, samples({"long-0": 1}), "ID", "long")
+    clear = gain_verdict([7.0, 20.0, 40.0], [3.0, 3.0, 3.0])
+    assert "ours wins at 3 of 3 (3 by more than two standard errors) and its gain grows" in clear
+    assert clear.endswith("— agreement.")
+    noisy = gain_verdict([34.4, 34.4, 37.5], [10.0, 10.0, 10.0])     # small fig3-4's: a 3-point rise
+    assert "rises by 3.1 points from short to long, within two standard errors (28.3)" in noisy
+    assert noisy.endswith("— agreement in sign only.")
+    assert gain_verdict([10.0, 5.0, 40.0], [1.0, 1.0, 1.0]).endswith("does not grow with the horizon — agreement "
+                                                                         "in sign only.")
+    assert gain_verdict([-1.0, 5.0, 40.0], [1.0, 1.0, 1.0]).endswith("— not the paper's result.")

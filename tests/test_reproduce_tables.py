@@ -238,11 +238,12 @@ def check_fig3_4(store, r, md):
         assert r[f"ID/{d}"]["gain_equal_trajectories"] == pytest.approx(fake_score(wm, "ID", d)
                                                                        - fake_score(equal, "ID", d))
     for key in ("gain", "gain_equal_trajectories"):
-        g = [r[f"ID/{d}"][key] for d in DIFFS]        # "grows" needs a rise, not a flat line of zeros
-        grows = g[0] <= g[1] <= g[2] and g[0] < g[2]
-        verdict = f"ours wins at {sum(x > 0 for x in g)} of 3 and its gain {'grows' if grows else 'does not grow'}"
+        g = [r[f"ID/{d}"][key] for d in DIFFS]
+        # one task per cell at tiny: no standard error, so no trend can be told from noise
+        assert all(r[f"ID/{d}"][f"{key}_se"] is None for d in DIFFS)        # NaN, written to JSON as null
         line = next(n for n in md.splitlines() if n.startswith("- At equal " + ("steps" if key == "gain" else "traj")))
-        assert verdict in line and ("— agreement." in line) == (grows and min(g) > 0)
+        assert f"ours wins at {sum(x > 0 for x in g)} of 3 (0 by more than two standard errors)" in line
+        assert "grows with the horizon —" not in line and "— agreement." not in line
 
 
 def check_table1(store, r, md):
