@@ -221,9 +221,10 @@ class Store:
             return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
                             splits=splits, difficulties=difficulties, progress=False)
 
-    def samples(self, model: Path, corpus: Path | None = None) -> list[dict]:
+    def samples(self, model: Path, corpus: Path | None = None, splits: tuple[str, ...] = ("ID", "OOD"),
+                difficulties: tuple[str, ...] | None = None) -> list[dict]:
         """The per-sample outcomes (with pattern labels and texts) behind `evaluation`."""
-        summary = self.evaluation(model, corpus)
+        summary = self.evaluation(model, corpus, splits=splits, difficulties=difficulties)
         out = Path(summary["_dir"]) if "_dir" in summary else self._eval_dir(Path(model), corpus)
         return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
 

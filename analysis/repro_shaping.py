@@ -22,7 +22,7 @@ import pandas as pd
 from analysis.artifacts import Store, cell
 from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_maps, plot_subspace_curves,
                               plot_token_probabilities, plot_cosine_series)
-from analysis.measures import kl_group_summary, region_labels, token_kl_frame
+from analysis.measures import kl_group_summary, paired_difference, region_labels, token_kl_frame
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
 
@@ -44,7 +44,7 @@ def _curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 def region_map(store: Store) -> Report:
     report = Report("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)")
     teacher = store.pretrained()
-    cells, rows, curves = [], [], {}
+    cells, rows, curves, outcomes = [], [], {}, {}
     for q in QUALITIES:
         student = store.pretrained(patterns=q)
         before = store.evaluation(student)
@@ -59,20 +59,24 @@ def region_map(store: Store) -> Report:
                 report.runs.append(run)
                 after = store.evaluation(run, splits=("ID",), difficulties=(d,))
                 entry[f"{method} avg"] = cell(after, "ID", d) - base_avg
+                outcomes[method, q, d] = store.samples(run, splits=("ID",), difficulties=(d,))
+                entry[f"{method} se"] = paired_difference(outcomes[method, q, d], store.samples(student), "ID", d)[1]
                 entry[f"{method} pass"] = cell(after, "ID", d, "pass@8") - base_pass
                 for key in ("success", "entropy"):
                     curves.setdefault(key, {})[f"{method} {q} {d}"] = _curve(metrics(run), key)
             cells.append(entry)
             name = f"{q}/{d}"
-            rows.append([name, base_avg, entry["grpo avg"], entry["opd avg"],
+            rows.append([name, base_avg, entry["grpo avg"], entry["grpo se"], entry["opd avg"], entry["opd se"],
                          fmt(paper("fig7", name, "grpo avg@8"), signed=True),
                          fmt(paper("fig7", name, "opd avg@8"), signed=True),
                          base_pass, entry["grpo pass"], entry["opd pass"],
                          fmt(paper("fig7", name, "grpo pass@8"), signed=True),
                          fmt(paper("fig7", name, "opd pass@8"), signed=True)])
             report.results[name] = entry
-    report.add("ID avg@8 / pass@8 (%) before post-training and its change after GRPO / OPD, trained on tasks of one horizon",
-               ["quality/horizon", "avg@8 before", "GRPO Δavg", "OPD Δavg", "paper GRPO Δavg", "paper OPD Δavg",
+    report.add("ID avg@8 / pass@8 (%) before post-training and its change after GRPO / OPD, trained on tasks of one "
+               "horizon; ± SE: standard error of the change, paired by task",
+               ["quality/horizon", "avg@8 before", "GRPO Δavg", "± SE", "OPD Δavg", "± SE", "paper GRPO Δavg",
+                "paper OPD Δavg",
                 "pass@8 before", "GRPO Δpass", "OPD Δpass", "paper GRPO Δpass", "paper OPD Δpass"], rows)
     table = pd.DataFrame(cells)
     maps, deltas = {}, {}
@@ -94,15 +98,22 @@ def region_map(store: Store) -> Report:
     for key, c in curves.items():
         report.figures.append(plot_lines(c, out / f"fig8_{key}.png", "step", key, title=f"Training {key} (Fig. 8)"))
     eff = {m: c.get("effective", 0) for m, c in counts.items()}
-    report.notes.append(f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of {len(cells)}; the paper's claim is "
+    clear = {m: sum(maps[m].loc[e["quality"], e["horizon"]] == "effective" and e[f"{m.lower()} avg"]
+                    > 2 * e[f"{m.lower()} se"] for e in cells) for m in maps}          # False for a NaN SE
+    report.notes.append(f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of {len(cells)} (of which beyond two "
+                        f"standard errors: OPD {clear['OPD']}, GRPO {clear['GRPO']}); the paper's claim is "
                         "that OPD's effective region is the broader one (low quality, long horizons)"
                         + (" — ours agrees." if eff["OPD"] > eff["GRPO"] else " — ours does not show it."))
-    low_long = report.results.get("4opt8sub/long", {})
-    if low_long:
+    if ("opd", "4opt8sub", "long") in outcomes:
+        low_long = report.results["4opt8sub/long"]
+        diff, se, _ = paired_difference(outcomes["opd", "4opt8sub", "long"], outcomes["grpo", "4opt8sub", "long"],
+                                        "ID", "long")
         report.notes.append(f"4 Opt:8 Sub x long: GRPO {low_long['grpo avg']:+.1f}, OPD {low_long['opd avg']:+.1f} "
-                            "avg@8 points (paper −1.58 vs +18.59): "
-                            + ("OPD helps more here, as in the paper." if low_long["opd avg"] > low_long["grpo avg"]
-                               else "OPD does not help more here, unlike the paper."))
+                            f"avg@8 points (paper −1.58 vs +18.59); OPD − GRPO {diff:+.1f}"
+                            + (f" ± {se:.1f} (paired by task): " if se == se else " (one task): ")
+                            + ("OPD helps more here, as in the paper." if diff > 2 * se else
+                               "GRPO helps more here, unlike the paper." if -diff > 2 * se else
+                               "no difference beyond two standard errors, so this does not show the paper's gap."))
     report.notes.append("OPD's teacher is the 4 Opt model itself, so the 4 Opt row's OPD is self-distillation "
                         "and its change is near zero by construction.")
     return report

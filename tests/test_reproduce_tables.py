@@ -281,8 +281,13 @@ def check_fig7(store, r, md):
                 label = "unnecessary" if base >= 90 else "effective" if delta >= 2 else "unsupported"
                 assert r["regions"][method.upper()][d][q] == label
     eff = {m: sum(v == "effective" for row in r["regions"][m].values() for v in row.values()) for m in ("GRPO", "OPD")}
-    assert f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of 9" in md
+    assert f"Effective cells: OPD {eff['OPD']}, GRPO {eff['GRPO']} of 9 (of which beyond two standard errors: " \
+           "OPD 0, GRPO 0)" in md                                  # one task per cell: no standard error
     assert ("broader one (low quality, long horizons) — ours agrees." in md) == (eff["OPD"] > eff["GRPO"])
+    assert all(r[c][f"{m} se"] is None for c in r if "/" in c for m in ("grpo", "opd"))
+    low_long = r["4opt8sub/long"]
+    assert (f"OPD − GRPO {low_long['opd avg'] - low_long['grpo avg']:+.1f} (one task): no difference beyond two "
+            "standard errors") in md
 
 
 def check_fig9_10(store, r, md):
