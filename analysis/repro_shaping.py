@@ -47,7 +47,7 @@ def region_map(store: Store) -> Report:
     cells, rows, curves, outcomes = [], [], {}, {}
     for q in QUALITIES:
         student = store.pretrained(patterns=q)
-        before = store.evaluation(student)
+        before, before_samples = store.evaluation(student), store.samples(student)
         for d in DIFFS:
             base_avg, base_pass = cell(before, "ID", d), cell(before, "ID", d, "pass@8")
             entry = {"quality": q, "horizon": d, "baseline": base_avg}
@@ -60,7 +60,7 @@ def region_map(store: Store) -> Report:
                 after = store.evaluation(run, splits=("ID",), difficulties=(d,))
                 entry[f"{method} avg"] = cell(after, "ID", d) - base_avg
                 outcomes[method, q, d] = store.samples(run, splits=("ID",), difficulties=(d,))
-                entry[f"{method} se"] = paired_difference(outcomes[method, q, d], store.samples(student), "ID", d)[1]
+                entry[f"{method} se"] = paired_difference(outcomes[method, q, d], before_samples, "ID", d)[1]
                 entry[f"{method} pass"] = cell(after, "ID", d, "pass@8") - base_pass
                 for key in ("success", "entropy"):
                     curves.setdefault(key, {})[f"{method} {q} {d}"] = _curve(metrics(run), key)
