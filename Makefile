@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update clean
+.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update clean
 .DEFAULT_GOAL := help
 
 help:
@@ -27,6 +27,7 @@ help:
 	@echo "make test                                          the test suite"
 	@echo "make data DOMAIN=fa SCALE=small [DATA_DIR=data]    generate a corpus"
 	@echo "make eval RUN=runs/...                             avg@8 / pass@8 tables of a run"
+	@echo "make baselines DATA=data/fa-small                  knowledge-free and recall baselines of a corpus's test splits"
 	@echo "make grpo|opd|turnopd|tcod RUN=... [TEACHER=...]   post-training (SET=\"steps=60 topk=100\")"
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
@@ -51,6 +52,13 @@ test: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) $(if $(SCALE),--scale $(SCALE)) --data-dir $(DATA_DIR) --seed $(SEED)
+
+# Scripted baselines (always-gather, random-valid, recall, error-reader, solver) on a corpus's test splits,
+# and the test/training plan overlap: DATA/baselines.md + baselines.json.  CELL=N: first N tasks per cell.
+DATA ?=
+baselines: $(STAMP)
+	@test -n "$(DATA)" || { echo "error: make baselines needs DATA=<corpus folder>, e.g. DATA=data/fa-small"; exit 2; }
+	$(BIN)/python -m planning_gym.baselines --data $(DATA) $(if $(CELL),--max-tasks-per-cell $(CELL)) $(if $(OUT),--out $(OUT))
 
 # The scale is resolved once (paper with CUDA, else small) and used by every stage.
 pretrain: $(STAMP)

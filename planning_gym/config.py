@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 
 from .graph import GraphParams
 from .patterns import mixture_weights
+from .tasks import GOAL_MIN_PLAN
 from .trajectory import COT_FORMATS
-from .world import load_domain
+from .world import ERROR_DETAILS, PATHS, load_domain
 
 SCALES = ("tiny", "small", "paper")
 SPLITS = ("pretrain", "posttrain", "test_id", "test_ood")
 
 _GRAPHS = {
-    "tiny": GraphParams(n_base=6, items_per_level=(5, 4, 3)),
-    "small": GraphParams(n_base=8, items_per_level=(8, 6, 5)),
+    "tiny": GraphParams(n_base=6, items_per_level=(5, 4, 3, 2)),
+    "small": GraphParams(n_base=8, items_per_level=(8, 6, 5, 4)),
     # ~330 crafted items with 1-2 alternatives each: about 500 rules per domain, as in the paper.
     "paper": GraphParams(n_base=40, items_per_level=(100, 90, 80, 60)),
 }
@@ -75,8 +76,22 @@ class CorpusConfig:
     n_pretrain_per_bin: int = 0          # 0: derived from scale
     n_posttrain_per_bin: int = 0
     n_test_per_bin: int = 0
-    ood_fraction: float = 0.15
+    ood_fraction: float = 0.15           # share of plan compositions held out for test_ood
+    errors: str = "terse"                # error detail: terse | full (lists the missing inputs)
+    paths: str = "multi"                 # multi: A's and B's rules both exist; single: only the recipe's
+    goal_min_plan: int = GOAL_MIN_PLAN   # goals need at least this many steps from an empty inventory
+    defect_every: int = 6                # a suboptimal row has 1 + horizon // defect_every defects
+    task_seed: int | None = None         # task stream (None: seed); a new one resamples tasks on the same graph
+    row_seed: int | None = None          # pattern / defect stream of the rows (None: seed)
     graph: GraphParams = field(default_factory=GraphParams)
+
+    @property
+    def tasks_seed(self) -> int:
+        return self.seed if self.task_seed is None else self.task_seed
+
+    @property
+    def rows_seed(self) -> int:
+        return self.seed if self.row_seed is None else self.row_seed
 
     @classmethod
     def from_scale(cls, scale: str, **overrides) -> "CorpusConfig":
@@ -105,6 +120,12 @@ class CorpusConfig:
             raise ConfigError(f"horizon_mix must be three non-negative percentages S/M/L, got {self.horizon_mix}")
         if not 0 < self.ood_fraction < 1:
             raise ConfigError(f"ood_fraction must be in (0, 1), got {self.ood_fraction}")
+        if self.errors not in ERROR_DETAILS:
+            raise ConfigError(f"errors must be one of {', '.join(ERROR_DETAILS)}, got '{self.errors}'")
+        if self.paths not in PATHS:
+            raise ConfigError(f"paths must be one of {', '.join(PATHS)}, got '{self.paths}'")
+        if self.goal_min_plan < 1 or self.defect_every < 1:
+            raise ConfigError("goal_min_plan and defect_every must be positive")
         if not self.recipe or not self.recipe.isalnum():
             raise ConfigError(f"recipe must be a short alphanumeric name like A or B, got '{self.recipe}'")
         if min(self.n_pretrain_per_bin, self.n_test_per_bin) < 1 or self.n_posttrain_per_bin < 0:
@@ -113,18 +134,25 @@ class CorpusConfig:
 
     @property
     def name(self) -> str:
-        """Folder name: domains and scale, plus every setting that differs from the default."""
-        parts = ["+".join(self.domains), self.scale]
-        if self.recipe != "A":
-            parts.append(f"recipe{self.recipe}")
-        if self.cot_format != "world_model":
-            parts.append(self.cot_format)
-        if self.patterns != "4opt":
-            parts.append(self.patterns.replace(":", "x"))
-        if tuple(self.horizon_mix) != (100, 100, 100):
-            parts.append("mix" + "-".join(str(p) for p in self.horizon_mix))
-        if self.seed != 0:
-            parts.append(f"seed{self.seed}")
+        """Folder name: domains and scale, plus every setting that differs from the scale's
+        default, so two different corpora never share a folder."""
+        parts = ["+".join(load_domain(d)["key"] for d in self.domains), self.scale]
+        default = CorpusConfig.from_scale(self.scale, domains=self.domains)
+        short = {"recipe": "recipe{}", "cot_format": "{}", "patterns": "{}", "errors": "errors-{}",
+                 "paths": "{}path", "goal_min_plan": "goal{}", "defect_every": "defect{}",
+                 "ood_fraction": "ood{}", "n_pretrain_per_bin": "pre{}", "n_posttrain_per_bin": "post{}",
+                 "n_test_per_bin": "test{}", "seed": "seed{}", "task_seed": "tasks{}", "row_seed": "rows{}"}
+        for f, fmt in short.items():
+            value = getattr(self, f)
+            if value != getattr(default, f):
+                parts.append(fmt.format(value).replace(":", "x"))
+            if f == "patterns" and tuple(self.horizon_mix) != tuple(default.horizon_mix):
+                parts.append("mix" + "-".join(str(p) for p in self.horizon_mix))
+        for f in dataclasses.fields(GraphParams):
+            value = getattr(self.graph, f.name)
+            if value != getattr(default.graph, f.name):
+                text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+                parts.append(f"{f.name.replace('_', '')}{text}")
         return "-".join(parts)
 
     def to_dict(self) -> dict:

@@ -2,8 +2,9 @@
 
 Order of work (each step is deterministic given the config):
   1. build one world per domain (same abstract graph, different names and verbs);
-  2. draw the test tasks first (``test_ood`` from held-out combinations, ``test_id`` from the
-     rest), then the training pools with every test task and held-out combination excluded;
+  2. draw ``test_id`` first, then the training pools (no test task, no test gold plan, no
+     held-out plan composition), then ``test_ood`` from held-out compositions whose every rule
+     the training rows use (`tasks.py` says why);
   3. render every row (pattern, chain of thought) and replay it through the environment —
      rows are independent, so this runs in several processes with identical output;
   4. assert the split invariants, then write rules, JSONL, Parquet, statistics and a card into
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from .env import Task
 from .patterns import OPTIMAL, mixture_weights
 from .rng import stream
 from .solver import Solver
-from .tasks import BINS, MAX_HORIZON, TaskSampler, is_held_out
+from .tasks import BINS, MAX_HORIZON, TaskSampler
 from .trajectory import build_row, task_of_row, verify_row
 from .world import World
 
@@ -47,25 +49,39 @@ def code_fingerprint() -> str:
 
 
 def build_worlds(cfg: CorpusConfig) -> dict[str, World]:
-    return {d: World.build(d, cfg.graph, cfg.seed, cfg.recipe) for d in cfg.domains}
+    """One world per domain, keyed by the domain's key (``fa``), also for a domain file path."""
+    worlds = [World.build(d, cfg.graph, cfg.seed, cfg.recipe, cfg.errors, cfg.paths) for d in cfg.domains]
+    return {w.domain: w for w in worlds}
+
+
+def make_sampler(cfg: CorpusConfig, world: World) -> TaskSampler:
+    return TaskSampler(world, cfg.tasks_seed, cfg.ood_fraction, cfg.goal_min_plan)
 
 
 def sample_pools(cfg: CorpusConfig, world: World) -> dict[str, list[tuple[str, Task]]]:
-    """(bin, task) lists per split.  Depends only on structure and seed, not on the domain."""
-    sampler = TaskSampler(world, cfg.seed, cfg.ood_fraction)
+    """(bin, task) lists per split.  Depends only on structure and seeds, not on the domain."""
+    sampler = make_sampler(cfg, world)
     pools: dict[str, list[tuple[str, Task]]] = {s: [] for s in SPLITS}
     for b in BINS:
-        pools["test_ood"] += [(b, t) for t in sampler.sample("test_ood", b, cfg.n_test_per_bin, held_out=True)]
         pools["test_id"] += [(b, t) for t in sampler.sample("test_id", b, cfg.n_test_per_bin, held_out=False)]
-    test_keys = {t.key for s in ("test_id", "test_ood") for _, t in pools[s]}
+    test_keys = {t.key for _, t in pools["test_id"]}
+    test_plans = {tuple(sampler.solver.gold_plan(t.goal, dict(t.inventory))) for _, t in pools["test_id"]}
     for b, pct in zip(BINS, cfg.horizon_mix):
         n = round(cfg.n_pretrain_per_bin * pct / 100)
         if n:
-            pools["pretrain"] += [(b, t) for t in sampler.sample("pretrain", b, n, held_out=False,
-                                                                  exclude=test_keys, unique=False)]
+            pools["pretrain"] += [(b, t) for t in sampler.sample("pretrain", b, n, held_out=False, exclude=test_keys,
+                                                                  exclude_plans=test_plans, unique=False)]
         if cfg.n_posttrain_per_bin:
             pools["posttrain"] += [(b, t) for t in sampler.sample("posttrain", b, cfg.n_posttrain_per_bin,
-                                                                   held_out=False, exclude=test_keys, unique=False)]
+                                                                   held_out=False, exclude=test_keys,
+                                                                   exclude_plans=test_plans, unique=False)]
+    trained = set()
+    for split in ("pretrain", "posttrain"):
+        for _, t in pools[split]:
+            trained |= sampler.gold_rules(t)
+    for b in BINS:
+        pools["test_ood"] += [(b, t) for t in sampler.sample("test_ood", b, cfg.n_test_per_bin, held_out=True,
+                                                              allowed_rules=trained)]
     return pools
 
 
@@ -94,11 +110,11 @@ def _render_chunk(job: tuple[str, int, list[tuple[str, Task]]]) -> list[dict]:
     for offset, (b, task) in enumerate(items):
         i = start + offset
         for d, world in _WORKER["worlds"].items():
-            rng = stream(cfg.seed, "row", split, i)      # same pattern and defects in every domain
+            rng = stream(cfg.rows_seed, "row", split, i)      # same pattern and defects in every domain
             pattern = choose_pattern(cfg, split, rng)
             gold = _WORKER["solvers"][d].gold_plan(task.goal, dict(task.inventory))
             row = build_row(world, task, gold, pattern, cfg.cot_format, split,
-                            f"{d}-{cfg.recipe}-{split}-{i:07d}", rng)
+                            f"{d}-{cfg.recipe}-{split}-{i:07d}", rng, defect_every=cfg.defect_every)
             verify_row(world, row, _WORKER["solvers"][d])
             rows.append(row)
     return rows
@@ -125,22 +141,71 @@ def render_rows(cfg: CorpusConfig, pools: dict, workers: int = 1, progress: bool
 
 
 # ----- invariants -----------------------------------------------------------------------------------
+def _craft_multiset(world: World, actions) -> tuple:
+    return tuple(sorted(Counter(a for a in actions if not a.startswith(world.gather_verb + " ")).items()))
+
+
 def check_splits(cfg: CorpusConfig, worlds: dict[str, World], rows: dict[str, list[dict]]) -> None:
-    """No test task and no held-out combination in a training pool; OOD rows are all held out."""
-    test_keys = set()
-    for split in ("test_id", "test_ood"):
-        for row in rows[split]:
-            task = task_of_row(worlds[row["domain"]], row)
-            if is_held_out(task, cfg.seed, cfg.ood_fraction) != (split == "test_ood"):
-                raise SplitLeakError(f"{row['id']}: {split} row with the wrong hold-out status")
-            test_keys.add((row["domain"], task.key))
+    """The split contract, checked on the rows themselves:
+
+    * no test task in a training pool; no ``test_id`` gold plan is a training gold plan;
+    * every ``test_ood`` task is held out, and no shortest plan of it (up to action order) is
+      the gold plan of a training row, while every rule its shortest plans fire is used by one;
+    * no training or ``test_id`` task is held out."""
+    samplers = {d: make_sampler(cfg, w) for d, w in worlds.items()}
+    train_tasks, train_plans, train_multisets, train_actions = set(), set(), set(), set()
     for split in ("pretrain", "posttrain"):
         for row in rows[split]:
-            task = task_of_row(worlds[row["domain"]], row)
-            if (row["domain"], task.key) in test_keys:
-                raise SplitLeakError(f"{row['id']}: a test task appears in the {split} pool")
-            if is_held_out(task, cfg.seed, cfg.ood_fraction):
-                raise SplitLeakError(f"{row['id']}: a held-out combination appears in the {split} pool")
+            d, world = row["domain"], worlds[row["domain"]]
+            task = task_of_row(world, row)
+            if samplers[d].status(task)[0] != "id":
+                raise SplitLeakError(f"{row['id']}: a held-out (or ambiguous) task appears in the {split} pool")
+            train_tasks.add((d, task.key))
+            train_plans.add((d, tuple(row["gold_actions"])))
+            train_multisets.add((d, _craft_multiset(world, row["gold_actions"])))
+            train_actions |= {(d, a) for a in row["gold_actions"]}
+    for split in ("test_id", "test_ood"):
+        for row in rows[split]:
+            d, world = row["domain"], worlds[row["domain"]]
+            task, sampler = task_of_row(world, row), samplers[d]
+            if (d, task.key) in train_tasks:
+                raise SplitLeakError(f"{row['id']}: a {split} task appears in a training pool")
+            if sampler.status(task)[0] != ("ood" if split == "test_ood" else "id"):
+                raise SplitLeakError(f"{row['id']}: {split} row with the wrong hold-out status")
+            if split == "test_id":
+                if (d, tuple(row["gold_actions"])) in train_plans:
+                    raise SplitLeakError(f"{row['id']}: a test_id gold plan is a training gold plan")
+                continue
+            taught = sampler.taught
+            for alloc in sampler.solver.optimal_allocations(task.goal, dict(task.inventory)):
+                fired = [taught.action_text(r) for r, n in alloc for _ in range(n)]
+                if (d, _craft_multiset(world, fired)) in train_multisets:
+                    raise SplitLeakError(f"{row['id']}: a shortest plan of an OOD task is a training plan")
+                if any((d, a) not in train_actions for a in fired):
+                    raise SplitLeakError(f"{row['id']}: an OOD plan fires a rule no training row uses")
+
+
+def plan_overlap(rows: dict[str, list[dict]]) -> dict:
+    """Per test split and bin: the % of rows whose gold plan occurs verbatim as a training row's
+    gold plan, and the % whose goal is a training goal (the two numbers the audit measured)."""
+    plans = {(r["domain"], tuple(r["gold_actions"])) for s in ("pretrain", "posttrain") for r in rows[s]}
+    goals = {(r["domain"], r["goal"]) for s in ("pretrain", "posttrain") for r in rows[s]}
+    out = {}
+    for split in ("test_id", "test_ood"):
+        for b in (*BINS, "all"):
+            cell = [r for r in rows[split] if b in ("all", r["difficulty"])]
+            n = max(1, len(cell))
+            out[f"{split}/{b}"] = {
+                "tasks": len(cell),
+                "verbatim_plan_pct": round(100 * sum((r["domain"], tuple(r["gold_actions"])) in plans for r in cell) / n, 1),
+                "training_goal_pct": round(100 * sum((r["domain"], r["goal"]) in goals for r in cell) / n, 1)}
+    return out
+
+
+def overlap_markdown(overlap: dict) -> str:
+    lines = ["| split / bin | tasks | gold plan verbatim in training | goal seen in training |", "|---|---|---|---|"]
+    lines += [f"| {k} | {v['tasks']} | {v['verbatim_plan_pct']}% | {v['training_goal_pct']}% |" for k, v in overlap.items()]
+    return "\n".join(lines) + "\n"
 
 
 # ----- export --------------------------------------------------------------------------------------
@@ -159,23 +224,39 @@ def stats_markdown(table: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dataset_card(cfg: CorpusConfig, table: list[dict], pattern_counts: dict) -> str:
+def dataset_card(cfg: CorpusConfig, table: list[dict], pattern_counts: dict, overlap: dict) -> str:
     fields = ("id, domain, recipe, split, horizon, difficulty, pattern, cot_format, goal, "
               "initial_inventory ([{item, count}]), actions, gold_actions, success, text")
-    return f"""# planning-gym corpus `{cfg.name}`
+    configs = "\n".join(f"  - split: {s}\n    path: {s}.jsonl" for s in SPLITS)
+    return f"""---
+configs:
+- config_name: default
+  data_files:
+{configs}
+---
+# planning-gym corpus `{cfg.name}`
 
 Generated by `python -m planning_gym.make_data` (planning-gym).  Exact config: `config.json`.
+`datasets.load_dataset("<this folder>")` gives the four splits.
 
-- domains: {', '.join(cfg.domains)}; recipe {cfg.recipe}; chain of thought: {cfg.cot_format};
-  pattern mixture: {cfg.patterns}; horizon mix S/M/L = {'/'.join(map(str, cfg.horizon_mix))} %; seed {cfg.seed}.
-- splits: `pretrain` (language-model corpus), `posttrain` (RL / distillation prompts),
-  `test_id`, `test_ood` (held-out goal/inventory combinations; never in a training pool).
+- domains: {', '.join(cfg.domains)}; recipe {cfg.recipe} taught in a {cfg.paths}-path world; chain of thought:
+  {cfg.cot_format}; pattern mixture: {cfg.patterns}; horizon mix S/M/L = {'/'.join(map(str, cfg.horizon_mix))} %;
+  error detail: {cfg.errors}; seed {cfg.seed} (tasks {cfg.tasks_seed}, rows {cfg.rows_seed}).
+- splits: `pretrain` (language-model corpus), `posttrain` (RL / distillation prompts), and two test splits:
+  - `test_id`: new tasks from the training distribution (goals that need {cfg.goal_min_plan}+ steps from an
+    empty inventory, start inventories cut from a production tree); no test gold plan is a training gold plan.
+  - `test_ood`: a compositional hold-out: a share ({cfg.ood_fraction}) of (goal, set of rules a shortest plan
+    fires) compositions never occurs in training; every OOD task's shortest plans all have held-out
+    compositions, and every rule they fire is used by some training row.
 - files: `<split>.jsonl` and `<split>.parquet` (same rows), `rules_*.json` (the rules every row
   was replayed against), `stats.csv` / `stats.md`.
 - row fields: {fields}.
   `actions` are the actions actually taken (suboptimal ones included); `gold_actions` is a
   shortest plan; `text` is the whole multi-turn trajectory with `<|env|>` / `<|agent|>` markers.
 
+## Overlap of the test splits with training
+
+{overlap_markdown(overlap)}
 ## Rows per gold-plan length (paper Table 11 form)
 
 {stats_markdown(table)}
@@ -195,6 +276,7 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
     rows = render_rows(cfg, pools, workers, progress)
     check_splits(cfg, worlds, rows)
     table = statistics(rows)
+    overlap = plan_overlap(rows)
 
     out_dir = Path(out_dir)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
@@ -214,19 +296,20 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
         with open(tmp / "stats.csv", "w") as f:
             f.write("horizon," + ",".join(SPLITS) + "\n")
             f.writelines(f"{r['horizon']}," + ",".join(str(r[s]) for s in SPLITS) + "\n" for r in table)
-        (tmp / "stats.md").write_text(stats_markdown(table))
+        (tmp / "stats.md").write_text(stats_markdown(table) + "\n## Overlap with training\n\n" + overlap_markdown(overlap))
+        (tmp / "overlap.json").write_text(json.dumps(overlap, indent=1) + "\n")
         pattern_counts = {s: {} for s in SPLITS}
         for s in SPLITS:
             for r in rows[s]:
                 pattern_counts[s][r["pattern"]] = pattern_counts[s].get(r["pattern"], 0) + 1
-        (tmp / "README.md").write_text(dataset_card(cfg, table, pattern_counts))
+        (tmp / "README.md").write_text(dataset_card(cfg, table, pattern_counts, overlap))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"table": table, "rows": {s: len(rows[s]) for s in SPLITS}}
+    return {"table": table, "rows": {s: len(rows[s]) for s in SPLITS}, "overlap": overlap}
 
 
 def load_rows(path: Path) -> list[dict]:

@@ -11,7 +11,9 @@ the line.  Semantics (independent tools rely on them, keep them exact):
 * ``<verb> <output>`` applies the first rule in ``rules.json`` order with that verb and that
   output whose inputs the inventory holds, consuming the inputs and adding one output;
 * anything else (malformed, unknown verb or item, missing inputs) is a turn that returns an
-  ``Error: ...`` observation and leaves the inventory unchanged.  Never an exception.
+  ``Error: ...`` observation and leaves the inventory unchanged.  Never an exception.  How much
+  a missing-inputs error says is the world's ``errors`` setting: ``terse`` (the default: only
+  that inputs are missing) or ``full`` (which inputs, and how many).
 
 The episode terminates with reward 1 when the goal is held, and is truncated at ``max_steps``
 turns (invalid turns count: they cost the agent a turn, as in the paper's step limit).
@@ -73,6 +75,8 @@ def apply_action(world: World, inv: dict[int, int], action: str) -> str | None:
                     del inv[i]
             inv[item] = inv.get(item, 0) + 1
             return None
+    if world.errors == "terse":
+        return f"cannot {verb} {item_name}: missing inputs"
     need = world.rules[rules[0]].inputs
     missing = ", ".join(f"{world.names[i]} x{c - inv.get(i, 0)}" for i, c in need if inv.get(i, 0) < c)
     return f"cannot {verb} {item_name}: missing {missing}"

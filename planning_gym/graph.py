@@ -8,7 +8,10 @@ Rules are drawn at random (counterfactual): nothing about them can be guessed, o
 
 The structure depends only on ``GraphParams`` and the seed.  A *recipe* (``"A"``, ``"B"``, ...)
 redraws the rules over the same items from its own stream, giving the same goals reached by
-different procedures (the knowledge-mismatch experiment).  Surface names live elsewhere
+different procedures (the knowledge-mismatch experiment).  ``avoid_verbs`` keeps a recipe's
+alternatives off the verbs another recipe already uses for the same output, so that both sets
+of rules can live in one world without one action meaning two things (`World.build`'s
+multi-path world).  Surface names live elsewhere
 (`domains.py`) so that wording can change without touching structure.
 """
 from __future__ import annotations
@@ -107,8 +110,9 @@ class SkillGraph:
         return seen
 
 
-def generate_graph(params: GraphParams, seed: int, recipe: str = "A") -> SkillGraph:
-    """Draw a skill graph.  Same (params, seed, recipe) -> same graph, always."""
+def generate_graph(params: GraphParams, seed: int, recipe: str = "A",
+                   avoid_verbs: dict[int, set[int]] | None = None) -> SkillGraph:
+    """Draw a skill graph.  Same (params, seed, recipe, avoid_verbs) -> same graph, always."""
     params.check()
     levels = [0] * params.n_base
     for lv, n in enumerate(params.items_per_level, start=1):
@@ -125,7 +129,14 @@ def generate_graph(params: GraphParams, seed: int, recipe: str = "A") -> SkillGr
             continue
         below = [j for l2 in range(lv) for j in by_level[l2]]
         n_alt = rng.randint(*params.rules_per_item)
-        verbs = rng.sample(range(params.n_verbs), n_alt)
+        if avoid_verbs is None:
+            verbs = rng.sample(range(params.n_verbs), n_alt)
+        else:
+            free = [v for v in range(params.n_verbs) if v not in avoid_verbs.get(item, ())]
+            if not free:
+                raise GraphConfigError(f"a second recipe needs a free verb per item: n_verbs={params.n_verbs} "
+                                       f"is used up by rules_per_item={params.rules_per_item}")
+            verbs = rng.sample(free, min(n_alt, len(free)))
         signatures: set[tuple] = set()
         for verb in verbs:
             for _ in range(20):          # redraw if an alternative duplicates another's inputs

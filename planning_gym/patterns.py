@@ -10,10 +10,13 @@ Suboptimal patterns take extra turns and then recover (the episode still succeed
   D2 Shortcut   tries a synthesis one step before its inputs are all there (an error)
   D3 Direct     acts without looking ahead and wastes a turn on an item the goal never needs
   D4 Heuristic  gathers every base item first, and one unit more than needed
-Each defect is placed at random; long plans get more of them (``1 + horizon // 6``), so the
-errors of a suboptimal corpus grow with the horizon, as in the paper.  Where a plan is too short
-for a pattern's own mistake (D1 on a one-step task), the defect is a wasted turn as in D3, so
-every suboptimal row really is suboptimal.
+Each defect is placed at random; long plans get more of them (``1 + horizon // defect_every``,
+6 by default), so the errors of a suboptimal corpus grow with the horizon, as in the paper.
+Where a plan has too few spots for a pattern's own mistake (D1 on a one-step task), the rest are
+wasted turns as in D3, so every suboptimal row really is suboptimal.  Every suboptimal row is
+also `honest`: its last action reaches the goal (the env ends the episode there, so a row that
+acted on would show "the episode is over" errors), and D1/D2 place each error at its own spot in
+the plan, so the agent never repeats a failure it has just seen.
 
 `classify_turn` / `classify_trajectory` recognise the pattern of model outputs from the first
 line of each agent turn, for the pattern histograms of the analysis stage.
@@ -70,54 +73,114 @@ _PREFIX = [("T1", re.compile(r"^Goal check: ")), ("T2", re.compile(r"^Step \d+/\
 
 
 # ----- what the agent does ------------------------------------------------------------------------
+DEFECT_EVERY = 6        # one more defect per this many gold steps: ``1 + horizon // DEFECT_EVERY``
+_DRAWS = 20             # fresh random draws before giving up on a world whose rules defeat the plan
+
+
 def _feasible(world: World, inv: dict[int, int], action: str) -> bool:
     return apply_action(world, dict(inv), action) is None
 
 
-def _prefix_inventory(world: World, inv0: dict[int, int], actions: list[str], upto: int) -> dict[int, int]:
-    inv = dict(inv0)
-    for a in actions[:upto]:
+def _prefix_states(world: World, inv0: dict[int, int], gold: list[str]) -> list[dict[int, int]]:
+    """states[k]: the inventory after gold[:k] (failed insertions leave it unchanged)."""
+    states, inv = [dict(inv0)], dict(inv0)
+    for a in gold:
         apply_action(world, inv, a)
-    return inv
+        states.append(dict(inv))
+    return states
+
+
+def _is_gather(world: World, action: str) -> bool:
+    return action.startswith(world.gather_verb + " ")
+
+
+def _waste_pool(world: World, goal: int) -> list[str]:
+    """Gathers of base items the goal never needs (else any base item but the goal itself, which
+    would end the episode early)."""
+    base = [i for i in range(world.n_items) if world.is_base(i) and i != goal]
+    useless = [i for i in base if i not in world.ancestors[goal]]
+    if not (useless or base):
+        raise ValueError("this world has no base item besides the goal to waste a turn on")
+    return [world.action_text(("gather", i)) for i in (useless or base)]
+
+
+def _with_errors(world: World, pattern: str, goal: int, inv0: dict[int, int], gold: list[str], n: int,
+                 rng: random.Random) -> list[str]:
+    """D1/D2: ``n`` failed actions, each before its own gold action (distinct spots, so never the
+    same failure twice in a row); where the plan has too few spots, the rest are D3 wasted turns."""
+    states = _prefix_states(world, inv0, gold)
+    if pattern == "D1":            # the final synthesis, tried before gold[k]
+        spots = {k: gold[-1] for k in range(len(gold) - 1) if not _feasible(world, states[k], gold[-1])}
+    else:                          # D2: a synthesis tried before gold[k - 1], its last input
+        spots = {k - 1: gold[k] for k in range(1, len(gold))
+                 if not _is_gather(world, gold[k]) and not _feasible(world, states[k - 1], gold[k])}
+    chosen = set(rng.sample(sorted(spots), min(n, len(spots))))
+    actions = [a for k, g in enumerate(gold) for a in ([spots[k], g] if k in chosen else [g])]
+    return _with_waste(actions, n - len(chosen), _waste_pool(world, goal), rng)
+
+
+def _with_waste(actions: list[str], n: int, pool: list[str], rng: random.Random) -> list[str]:
+    for _ in range(n):             # never after the last action: that one reaches the goal
+        actions.insert(rng.randint(0, len(actions) - 1), rng.choice(pool))
+    return actions
+
+
+def _heuristic(world: World, goal: int, inv0: dict[int, int], gold: list[str], n: int,
+               rng: random.Random) -> list[str]:
+    """D4: the gathers of the plan first, ``n`` surplus units among them, then the syntheses; the
+    goal-reaching action stays last and the goal itself is never a surplus unit."""
+    body, final = gold[:-1], gold[-1:]
+    gathers = [a for a in body if _is_gather(world, a)]
+    crafts = [a for a in body if not _is_gather(world, a)]
+    surplus = sorted(set(gathers)) or [world.action_text(("gather", i)) for i in sorted(world.ancestors[goal])
+                                       if world.is_base(i)] or _waste_pool(world, goal)
+    for _ in range(n):
+        gathers.insert(rng.randint(0, len(gathers)), rng.choice(surplus))
+    return gathers + crafts + final
+
+
+def honest(world: World, goal: int, inv0: dict[int, int], actions: list[str]) -> bool:
+    """Whether ``actions`` reach the goal with their last action and not before, and never try
+    the same failed action twice in a row: what every suboptimal row must satisfy."""
+    inv, last_failed = dict(inv0), None
+    for a in actions:
+        if inv.get(goal, 0) >= 1:
+            return False
+        failed = apply_action(world, inv, a) is not None
+        if failed and a == last_failed:
+            return False
+        last_failed = a if failed else None
+    return inv.get(goal, 0) >= 1
 
 
 def act(pattern: str, world: World, goal: int, inv0: dict[int, int], gold: list[str],
-        rng: random.Random) -> list[str]:
-    """The actions an agent following ``pattern`` takes (``gold`` for optimal patterns)."""
+        rng: random.Random, defect_every: int = DEFECT_EVERY) -> list[str]:
+    """The actions an agent following ``pattern`` takes (``gold`` for optimal patterns).
+
+    A suboptimal pattern adds ``1 + len(gold) // defect_every`` defects to ``gold`` and satisfies
+    `honest`: the env ends the episode when the goal is held, and an agent that has just seen an
+    error does not repeat it.  In worlds built by `graph` (one rule per verb and output) every
+    draw is honest; a hand-written rules.json with shared (verb, output) rules could make extra
+    stock fire another rule, so a draw is checked and redrawn."""
     if pattern in OPTIMAL:
         return list(gold)
-    actions = list(gold)
-    n_defects = 1 + len(gold) // 6
-    if pattern == "D4":            # gathers first (still executable: more stock never hurts) ...
-        gathers = [a for a in actions if a.startswith(world.gather_verb + " ")]
-        actions = gathers + [a for a in actions if not a.startswith(world.gather_verb + " ")]
-        base_needed = sorted(set(gathers)) or [world.action_text(("gather", i))
-                                                for i in range(world.n_items) if world.is_base(i)]
-        for _ in range(n_defects):  # ... plus surplus units it never uses
-            pos = rng.randint(0, len(gathers))
-            actions.insert(pos, rng.choice(base_needed))
-        return actions
-    for _ in range(n_defects):
-        spots: list[int] = []
-        if pattern == "D1":        # the final synthesis, tried too early
-            final = actions[-1]
-            spots = [k for k in range(len(actions) - 1)
-                     if not _feasible(world, _prefix_inventory(world, inv0, actions, k), final)]
-            if spots:
-                actions.insert(rng.choice(spots), final)
-        elif pattern == "D2":      # a synthesis one step before its last input is there
-            spots = [k for k in range(1, len(actions))
-                     if not actions[k].startswith(world.gather_verb + " ")
-                     and not _feasible(world, _prefix_inventory(world, inv0, actions, k - 1), actions[k])]
-            if spots:
-                k = rng.choice(spots)
-                actions.insert(k - 1, actions[k])
-        if not spots:              # D3, or a plan too short for the pattern's own mistake:
-            useless = [i for i in range(world.n_items)
-                       if world.is_base(i) and i != goal and i not in world.ancestors[goal]]
-            pool = useless or [i for i in range(world.n_items) if world.is_base(i) and i != goal]
-            actions.insert(rng.randint(0, len(actions) - 1), world.action_text(("gather", rng.choice(pool))))
-    return actions
+    if pattern not in SUBOPTIMAL:
+        raise ValueError(f"unknown pattern '{pattern}'")
+    if defect_every < 1:
+        raise ValueError(f"defect_every must be >= 1, got {defect_every}")
+    if not gold:
+        raise ValueError("a suboptimal row needs a task whose goal is not held yet")
+    n = 1 + len(gold) // defect_every
+    for _ in range(_DRAWS):
+        if pattern == "D4":
+            actions = _heuristic(world, goal, inv0, gold, n, rng)
+        elif pattern == "D3":
+            actions = _with_waste(list(gold), n, _waste_pool(world, goal), rng)
+        else:
+            actions = _with_errors(world, pattern, goal, inv0, gold, n, rng)
+        if honest(world, goal, inv0, actions):
+            return actions
+    raise ValueError(f"could not place {pattern}'s defects in this plan without breaking it: {gold}")
 
 
 # ----- what the agent writes ------------------------------------------------------------------------
@@ -142,18 +205,38 @@ def pattern_line(pattern: str, world: World, goal: int, actions: list[str], k: i
     return f"{prefix}: {action}"
 
 
-def predict_line(world: World, inv: dict[int, int], action: str) -> str:
-    """The world-model line: current state -> action -> the state the agent expects next.
+def believed_inventory(world: World, inv: dict[int, int], action: str) -> dict[int, int]:
+    """The state the agent expects after ``action``: it always believes its action works.
 
-    The expectation assumes the action works, so a suboptimal agent's wrong guesses are
-    written down too (its world model is what the later error observation corrects)."""
+    * an action the env accepts: the true next state;
+    * a rule action that fails for missing inputs: the rule the agent believed in is the first
+      rule for (verb, item) in rules order, as in the env; the units it holds of that rule's
+      inputs are consumed (only what it holds, clamped at zero) and one output is added;
+    * any other failed action (unknown verb or item, no such rule, gathering a crafted item,
+      malformed text): the state unchanged, since no rule says what it would do."""
     after = dict(inv)
-    if apply_action(world, after, action) is not None:
-        verb, _, item = action.partition(" ")
-        idx = world.index.get(item.strip())
-        if idx is not None:
-            after[idx] = after.get(idx, 0) + 1
-    return f"Predict: {world.format_inventory(inv)} -> {action} -> {world.format_inventory(after)}"
+    if apply_action(world, after, action) is None:
+        return after
+    verb, _, name = action.strip().partition(" ")
+    item = world.index.get(name.strip())
+    rules = world.rule_for_action.get((verb, item), []) if item is not None else []
+    after = dict(inv)
+    if rules:
+        for i, c in world.rules[rules[0]].inputs:
+            if after.get(i, 0) > c:
+                after[i] -= c
+            else:
+                after.pop(i, None)
+        after[item] = after.get(item, 0) + 1
+    return after
+
+
+def predict_line(world: World, inv: dict[int, int], action: str) -> str:
+    """The world-model line: current state -> action -> the state the agent expects next
+    (`believed_inventory`).  A suboptimal agent's wrong belief is written down as it would have
+    been, consistent with the rule it tried, and the error observation that follows corrects it."""
+    return (f"Predict: {world.format_inventory(inv)} -> {action} -> "
+            f"{world.format_inventory(believed_inventory(world, inv, action))}")
 
 
 # ----- recognising patterns in text ----------------------------------------------------------------

@@ -40,7 +40,7 @@ def _splits(total: int, parts: int):
 
 class Solver:
     def __init__(self, world: World, budget: int = DEFAULT_BUDGET):
-        self.world = world
+        self.world = world = world.taught          # plans use the procedures the corpus teaches
         self.budget = budget
         self._cached = lru_cache(maxsize=200_000)(self._solve)
         # Cost of one unit from an empty inventory: exact by the recursion below, because with
@@ -66,6 +66,10 @@ class Solver:
         n = self.plan_length(goal, inventory)
         return n is not None and n <= steps_left
 
+    def gold_allocation(self, goal: int, inventory: dict[int, int]) -> tuple:
+        """How often each rule fires in `gold_plan` (``((rule, times), ...)``; ``()`` if none)."""
+        return self._cached(goal, _key(inventory))[1]
+
     def gold_plan(self, goal: int, inventory: dict[int, int]) -> list[str] | None:
         """A shortest plan as action texts (depth-first order); None if longer than the budget."""
         cost, alloc = self._cached(goal, _key(inventory))
@@ -73,18 +77,73 @@ class Solver:
             return None
         return self._schedule(goal, dict(inventory), dict(alloc))
 
+    def optimal_allocations(self, goal: int, inventory: dict[int, int], limit: int = 64) -> list[tuple] | None:
+        """Every optimal rule allocation (``((rule, times), ...)``) of the task: the shortest plans
+        up to the order of their actions.  ``[]`` if no plan fits the budget; None if there are
+        more than ``limit`` (the caller cannot check them all)."""
+        search = self._search(goal, _key(inventory))
+        if search is None:
+            return []
+        _, rel, have, choices, start = search
+        w, pos, out = self.world, {item: k for k, item in enumerate(rel)}, set()
+
+        def walk(k: int, demands: tuple, alloc: tuple) -> bool:
+            while k < len(rel):
+                item, deficit = rel[k], max(0, demands[0] - have[k])
+                alts = w.rules_of.get(item, [])
+                if deficit and alts:
+                    for split in choices[(k, demands)]:
+                        rest, more = list(demands[1:]), list(alloc)
+                        for n, r in zip(split, alts):
+                            if n:
+                                more.append((r, n))
+                                for inp, c in w.rules[r].inputs:
+                                    rest[pos[inp] - k - 1] += n * c
+                        if not walk(k + 1, tuple(rest), tuple(more)):
+                            return False
+                    return True
+                k, demands = k + 1, demands[1:]
+            out.add(tuple(sorted(alloc)))
+            return len(out) <= limit
+
+        if not walk(0, start, ()):
+            return None
+        return sorted(out)
+
     # ----- the integer program ----------------------------------------------------------------
     def _solve(self, goal: int, inv_key: tuple) -> tuple[float, tuple]:
-        w, inv = self.world, dict(inv_key)
-        if inv.get(goal, 0) >= 1:
+        if dict(inv_key).get(goal, 0) >= 1:
             return 0, ()
-        if self.lower_bound(goal, inv) > self.budget:
+        search = self._search(goal, inv_key)
+        if search is None:
             return INF, ()
+        total, rel, have, choices, start = search
+        # Walk the first optimal choice at each item to recover how often each rule fires.
+        w, pos, alloc = self.world, {item: k for k, item in enumerate(rel)}, {}
+        k, demands = 0, start
+        while k < len(rel):
+            item, deficit, rest = rel[k], max(0, demands[0] - have[k]), list(demands[1:])
+            alts = w.rules_of.get(item, [])
+            if deficit and alts:
+                for n, r in zip(choices[(k, demands)][0], alts):
+                    if n:
+                        alloc[r] = n
+                        for inp, c in w.rules[r].inputs:
+                            rest[pos[inp] - k - 1] += n * c
+            k, demands = k + 1, tuple(rest)
+        return total, tuple(sorted(alloc.items()))
+
+    def _search(self, goal: int, inv_key: tuple):
+        """The memoised search: (cost, items, held units, optimal splits per state, start), or
+        None when the goal is held or no plan fits the budget."""
+        w, inv = self.world, dict(inv_key)
+        if inv.get(goal, 0) >= 1 or self.lower_bound(goal, inv) > self.budget:
+            return None
         rel = sorted(w.ancestors[goal] | {goal}, key=lambda i: (-w.levels[i], i))
         pos = {item: k for k, item in enumerate(rel)}
         have = [inv.get(i, 0) for i in rel]
         budget = self.budget
-        choice: dict[tuple, tuple] = {}
+        choices: dict[tuple, list[tuple]] = {}
 
         @lru_cache(maxsize=None)
         def best(k: int, demands: tuple) -> float:
@@ -96,7 +155,7 @@ class Solver:
             alts = w.rules_of.get(item, [])
             if deficit == 0 or not alts:          # nothing to make, or a base item to gather
                 return deficit + best(k + 1, rest)
-            best_cost, best_split = INF, None
+            best_cost, best_splits = INF, []
             for split in _splits(deficit, len(alts)):
                 new = list(rest)
                 for n, r in zip(split, alts):
@@ -104,28 +163,17 @@ class Solver:
                         new[pos[inp] - k - 1] += n * c
                 cost = deficit + best(k + 1, tuple(new))
                 if cost < best_cost:
-                    best_cost, best_split = cost, split
-            choice[(k, demands)] = best_split
+                    best_cost, best_splits = cost, [split]
+                elif cost == best_cost and cost < INF:
+                    best_splits.append(split)
+            choices[(k, demands)] = best_splits
             return best_cost
 
         start = tuple(1 if i == goal else 0 for i in rel)
         total = best(0, start)
         if total > budget:
-            return INF, ()
-        # Walk the optimal choices to recover how often each rule fires.
-        alloc: dict[int, int] = {}
-        k, demands = 0, start
-        while k < len(rel):
-            item, deficit, rest = rel[k], max(0, demands[0] - have[k]), list(demands[1:])
-            alts = w.rules_of.get(item, [])
-            if deficit and alts:
-                for n, r in zip(choice[(k, demands)], alts):
-                    if n:
-                        alloc[r] = n
-                        for inp, c in w.rules[r].inputs:
-                            rest[pos[inp] - k - 1] += n * c
-            k, demands = k + 1, tuple(rest)
-        return total, tuple(sorted(alloc.items()))
+            return None
+        return total, rel, have, choices, start
 
     # ----- scheduling -------------------------------------------------------------------------
     def _schedule(self, goal: int, inv: dict[int, int], alloc: dict[int, int]) -> list[str]:

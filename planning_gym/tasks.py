@@ -1,16 +1,33 @@
-"""Task sampling: goals, initial inventories, horizons, difficulty bins and OOD hold-outs.
+"""Task sampling: goals, start inventories, horizons, difficulty bins and the OOD hold-out.
 
 A task's horizon is the length of its shortest plan (1-13).  Bins: short 1-5, mid 6-8,
 long 9-13.  Tasks are drawn from the ``("tasks", recipe, pool, bin)`` stream, which does not
 depend on the domain, so fa / lf / ea get the same abstract tasks (paper Table 11 is identical
 across domains).
 
-OOD hold-out: a task's *combination* is its goal with the set of items it starts holding.  A
-deterministic hash of the combination (under the corpus seed) marks a fraction of all
-combinations as held out: those appear only in ``test_ood``, never in a training pool or in
-``test_id``.  Membership is a pure function, so any row can be checked against it later.
+**Tasks that need planning.**  A test is worth something only if it cannot be passed by
+replaying a remembered plan.  So:
+
+* goals are *deep*: items whose shortest plan from an empty inventory is at least
+  ``goal_min_plan`` steps (default 21, longer than the 20-step evaluation limit), so a
+  memorised from-empty plan never fits;
+* start inventories hold intermediates of several levels: a random production tree of the
+  goal is drawn and each unit in it is either held at the start or left to make, so the
+  shortest plan depends on exactly what is held, and two tasks rarely share one.
+
+**OOD hold-out, compositional** (the paper's "a subset of item-index combinations per category
+is reserved").  A deterministic hash reserves a fraction of all (goal, intermediate item) pairs:
+training never makes that item on the way to that goal, though it makes it for other goals.  A
+shortest plan is, up to the order of its actions, an allocation of rule firings
+(`Solver.optimal_allocations`).  A task is OOD when every shortest plan of it makes a reserved
+item, ID when none does, and is never used when they are mixed.  So no shortest plan of an OOD
+task is ever a training plan, while every single rule it fires is used in training (the corpus
+checks both on its rows); and a training plan for the same goal, replayed blindly, expects the
+reserved item to be held, or goes around it.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 from .env import Task
 from .graph import GraphConfigError
@@ -20,6 +37,8 @@ from .world import World
 
 BINS: dict[str, tuple[int, int]] = {"short": (1, 5), "mid": (6, 8), "long": (9, 13)}
 MAX_HORIZON = 13
+GOAL_MIN_PLAN = 21              # > the 20-step evaluation limit
+MAX_SHORTEST_PLANS = 64         # tasks with more optimal allocations are not used
 
 
 def difficulty(horizon: int) -> str:
@@ -29,68 +48,160 @@ def difficulty(horizon: int) -> str:
     raise ValueError(f"horizon {horizon} is outside 1..{MAX_HORIZON}")
 
 
-def is_held_out(task: Task, seed: int, fraction: float) -> bool:
-    return unit_hash(seed, "ood", task.combo) < fraction
+def deep_goals(world: World, min_plan: int) -> list[int]:
+    solver = Solver(world, budget=MAX_HORIZON)
+    return [i for i in range(world.n_items) if solver.scratch_cost[i] >= min_plan]
 
 
 class TaskSampler:
-    """Draws tasks of a given difficulty bin from one world."""
+    """Draws tasks of a given difficulty bin from one world (planned with its taught recipe)."""
 
-    def __init__(self, world: World, seed: int, ood_fraction: float = 0.15):
+    def __init__(self, world: World, seed: int, ood_fraction: float = 0.15, goal_min_plan: int = GOAL_MIN_PLAN):
         self.world, self.seed, self.ood_fraction = world, seed, ood_fraction
         self.solver = Solver(world, budget=MAX_HORIZON)
+        self.taught = self.solver.world
+        self.goals = deep_goals(world, goal_min_plan)
+        if not self.goals:
+            raise GraphConfigError(
+                f"no item of this graph needs {goal_min_plan}+ steps from an empty inventory; use a deeper "
+                f"graph (more levels, larger count range) or a smaller goal_min_plan")
+        self._first: dict[int, int | None] = {}
         self.horizon_cache: dict[tuple, int | None] = {}
+        self.status_cache: dict[tuple, tuple] = {}
 
     def horizon(self, task: Task) -> int | None:
         if task.key not in self.horizon_cache:
             self.horizon_cache[task.key] = self.solver.plan_length(task.goal, dict(task.inventory))
         return self.horizon_cache[task.key]
 
-    def held_out(self, task: Task) -> bool:
-        return is_held_out(task, self.seed, self.ood_fraction)
+    def reserved(self, goal: int, item: int) -> bool:
+        """Whether making ``item`` on the way to ``goal`` is held out for OOD tests: a hash below
+        ``ood_fraction``, and for every goal at least the lowest-hash crafted input of its own
+        rules, so that every goal has OOD tasks, short ones included, even in small graphs."""
+        if item == goal:
+            return False
+        h = unit_hash(self.seed, "ood", goal, item)
+        return h < self.ood_fraction or item == self._first_reserved(goal)
 
-    def _draw(self, rng) -> Task:
-        w = self.world
-        goal = rng.randrange(w.n_items)
-        inv: dict[int, int] = {}
-        if rng.random() > 0.3:                   # 70 %: start with a few useful items
-            pool = sorted(w.ancestors[goal])
-            for item in rng.sample(pool, min(len(pool), rng.randint(1, 3))):
-                inv[item] = rng.randint(1, 2)
-        if rng.random() < 0.2:                   # sometimes a distractor the goal never needs
+    def _first_reserved(self, goal: int) -> int | None:
+        if goal not in self._first:
+            w = self.taught
+            inner = {i for r in w.rules_of[goal] for i, _ in w.rules[r].inputs if not w.is_base(i)}
+            self._first[goal] = min(inner, key=lambda i: unit_hash(self.seed, "ood", goal, i), default=None)
+        return self._first[goal]
+
+    def gold_rules(self, task: Task) -> frozenset:
+        """The rules the task's gold plan fires."""
+        return frozenset(r for r, _ in self.solver.gold_allocation(task.goal, dict(task.inventory)))
+
+    def status(self, task: Task) -> tuple[str | None, frozenset]:
+        """(``"id"`` | ``"ood"`` | None, the rules its shortest plans fire).  None: the task has
+        shortest plans on both sides of the hold-out, or too many to check."""
+        if task.key not in self.status_cache:
+            allocs = self.solver.optimal_allocations(task.goal, dict(task.inventory), MAX_SHORTEST_PLANS)
+            if not allocs:
+                self.status_cache[task.key] = (None, frozenset())
+            else:
+                outputs = self.taught.rules
+                held = {any(self.reserved(task.goal, outputs[r].output) for r, _ in a) for a in allocs}
+                side = None if len(held) > 1 else ("ood" if held == {True} else "id")
+                self.status_cache[task.key] = (side, frozenset(r for a in allocs for r, _ in a))
+        return self.status_cache[task.key]
+
+    def held_out(self, task: Task) -> bool:
+        return self.status(task)[0] == "ood"
+
+    def _draw(self, rng, reserved_pair: bool = False) -> Task:
+        """A deep goal and a start inventory cut from one of its production trees.
+
+        With ``reserved_pair`` the tree is steered through a reserved (goal, rule) pair, whose
+        output and the items above it are left to make: the OOD set is drawn this way, since
+        its tasks would otherwise be rare in the short bin (`status` still decides membership)."""
+        w = self.taught
+        forced: dict[int, int] = {}                   # item on the steered path -> the rule to use
+        if reserved_pair and self.reserved_pairs:
+            goal, item = rng.choice(self.reserved_pairs)
+            forced = self._path_to(goal, item, rng)
+        else:
+            goal = rng.choice(self.goals)
+        keep = rng.uniform(0.05, 0.95)              # the share of the tree already held
+        inv: Counter = Counter()
+
+        def expand(item: int) -> None:
+            rule = w.rules[forced[item] if item in forced else rng.choice(w.rules_of[item])]
+            for inp, count in rule.inputs:
+                for _ in range(count):
+                    if inp not in forced and rng.random() < (keep / 2 if w.is_base(inp) else keep):
+                        inv[inp] += 1
+                    elif not w.is_base(inp):
+                        expand(inp)
+
+        expand(goal)
+        if rng.random() < 0.3:                       # a unit of a goal ancestor off this tree
+            inv[rng.choice(sorted(w.ancestors[goal]))] += 1
+        if rng.random() < 0.2:                       # a distractor the goal never needs
             others = [i for i in range(w.n_items) if i != goal and i not in w.ancestors[goal]]
             if others:
-                inv[rng.choice(others)] = 1
+                inv[rng.choice(others)] += 1
         return Task(goal, tuple(sorted(inv.items())))
 
+    @property
+    def reserved_pairs(self) -> list[tuple[int, int]]:
+        if not hasattr(self, "_reserved_pairs"):
+            w = self.taught
+            self._reserved_pairs = [(g, i) for g in self.goals for i in sorted(w.ancestors[g])
+                                    if not w.is_base(i) and self.reserved(g, i)]
+        return self._reserved_pairs
+
+    def _path_to(self, goal: int, target: int, rng) -> dict[int, int]:
+        """A random chain of rules from ``goal`` down to ``target``: {item: rule to make it by}."""
+        w = self.taught
+        path, item = {target: rng.choice(w.rules_of[target])}, goal
+        while item != target:
+            options = [r for r in w.rules_of[item]
+                       if any(i == target or target in w.ancestors[i] for i, _ in w.rules[r].inputs)]
+            r = rng.choice(options)
+            path[item] = r
+            item = rng.choice([i for i, _ in w.rules[r].inputs if i == target or target in w.ancestors[i]])
+        return path
+
     def sample(self, pool: str, bin_name: str, n: int, *, held_out: bool, exclude: set = frozenset(),
+               exclude_plans: set = frozenset(), allowed_rules: set | None = None,
                unique: bool = True) -> list[Task]:
         """``n`` tasks whose horizon lies in ``bin_name``.
 
-        ``held_out`` selects OOD combinations (True) or keeps them out (False); ``exclude`` holds
-        task keys that must not be drawn (the test sets, for training pools).  Training pools pass
-        ``unique=False``: small graphs have few short tasks, and repeats are what a corpus of that
-        size would contain anyway.
+        ``held_out`` selects OOD tasks (True) or ID tasks (False).  ``exclude`` holds task keys
+        that must not be drawn, ``exclude_plans`` gold plans (tuples of action texts) that must
+        not be a drawn task's gold plan (training pools pass both of the test set's), and
+        ``allowed_rules`` the rules every shortest plan must stay within (the OOD set passes the
+        rules training uses).  Training pools pass ``unique=False``: repeats are what a corpus
+        of that size would contain anyway.
         """
         lo, hi = BINS[bin_name]
         rng = stream(self.seed, "tasks", self.world.recipe, pool, bin_name)
         out: list[Task] = []
         seen: set = set()
-        attempts, max_attempts = 0, 2000 + 400 * n
+        stale, max_stale = 0, 20_000            # draws in a row without a new task
         while len(out) < n:
-            attempts += 1
-            if attempts > max_attempts:
+            stale += 1
+            if stale > max_stale:
                 raise GraphConfigError(
                     f"could only draw {len(out)} of {n} {bin_name} tasks (horizon {lo}-{hi}) for pool "
                     f"'{pool}' from this graph; use a larger or deeper graph or fewer tasks")
-            task = self._draw(rng)
+            task = self._draw(rng, reserved_pair=held_out)
             if task.key in exclude or (unique and task.key in seen):
-                continue
-            if self.held_out(task) != held_out:
                 continue
             h = self.horizon(task)
             if h is None or not lo <= h <= hi:
                 continue
+            side, rules = self.status(task)
+            if side != ("ood" if held_out else "id"):
+                continue
+            if allowed_rules is not None and not rules <= allowed_rules:
+                continue
+            if exclude_plans and tuple(self.solver.gold_plan(task.goal, dict(task.inventory))) in exclude_plans:
+                continue
             seen.add(task.key)
             out.append(task)
+            stale = 0
         return out

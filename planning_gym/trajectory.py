@@ -5,21 +5,25 @@ environment said; `verify_row` then replays the row from its text alone (parse e
 step a fresh environment, compare every observation) before a row is written to disk.
 
 Chain-of-thought formats:
-  ``world_model``  pattern line, then ``Predict: state -> action -> expected next state``, then the action
-  ``direct``       the action line alone
+  ``world_model``   pattern line, then ``Predict: state -> action -> expected next state``, then the action
+  ``pattern_only``  pattern line, then the action (the planning pattern without the world model)
+  ``direct``        the action line alone
+The pattern classifier reads the pattern line, so it recognises a row's pattern in the first
+two formats and says ``Others`` for ``direct``.
 """
 from __future__ import annotations
 
 import random
 
 from .env import PlanningEnv, Task
-from .patterns import OTHERS, act, classify_trajectory, pattern_line, predict_line
+from .patterns import DEFECT_EVERY, OTHERS, act, classify_trajectory, pattern_line, predict_line
 from .solver import Solver
 from .tasks import difficulty
 from .text import ACTION_PREFIX, join_turns, parse_action, split_turns
 from .world import World
 
-COT_FORMATS = ("world_model", "direct")
+COT_FORMATS = ("world_model", "pattern_only", "direct")
+PATTERN_LINE_FORMATS = ("world_model", "pattern_only")     # formats whose turns open with the pattern line
 ROW_FIELDS = ("id", "domain", "recipe", "split", "horizon", "difficulty", "pattern", "cot_format",
               "goal", "initial_inventory", "actions", "gold_actions", "success", "text")
 _NO_LIMIT = 10_000
@@ -34,16 +38,20 @@ def agent_turn(world: World, pattern: str, cot_format: str, goal: int, actions: 
     action_line = f"{ACTION_PREFIX} {actions[k]}"
     if cot_format == "direct":
         return action_line
-    return "\n".join([pattern_line(pattern, world, goal, actions, k),
-                      predict_line(world, inventory, actions[k]), action_line])
+    lines = [pattern_line(pattern, world, goal, actions, k)]
+    if cot_format == "world_model":
+        lines.append(predict_line(world, inventory, actions[k]))
+    return "\n".join([*lines, action_line])
 
 
 def build_row(world: World, task: Task, gold: list[str], pattern: str, cot_format: str, split: str,
-              row_id: str, rng: random.Random) -> dict:
+              row_id: str, rng: random.Random, defect_every: int = DEFECT_EVERY) -> dict:
+    """Play ``task`` as ``pattern`` would (`act`; ``defect_every`` sets how many defects a
+    suboptimal row gets) through a fresh environment and render the row."""
     if cot_format not in COT_FORMATS:
         raise ValueError(f"unknown cot_format '{cot_format}' (choose from {', '.join(COT_FORMATS)})")
     inv0 = dict(task.inventory)
-    actions = act(pattern, world, task.goal, inv0, gold, rng)
+    actions = act(pattern, world, task.goal, inv0, gold, rng, defect_every)
     env = PlanningEnv(world, max_steps=_NO_LIMIT)
     obs, _ = env.reset(options={"task": task})
     observations, turns, success = [obs], [], False
@@ -87,6 +95,8 @@ def verify_row(world: World, row: dict, solver: Solver | None = None) -> None:
         action = parse_action(content) if role == "agent" else None
         if action is None:
             raise RowError(f"row {rid}: turn {k} is not an agent turn with an action")
+        if env.done:               # the env ended the episode: nothing may follow
+            raise RowError(f"row {rid}: action '{action}' after the episode ended")
         taken.append(action)
         obs, _, success, _, _ = env.step(action)
         if k + 1 >= len(turns) or turns[k + 1] != ("env", obs):
@@ -108,6 +118,6 @@ def verify_row(world: World, row: dict, solver: Solver | None = None) -> None:
         raise RowError(f"row {rid}: the solver's shortest plan is not {row['horizon']} steps")
     if row["difficulty"] != difficulty(row["horizon"]):
         raise RowError(f"row {rid}: difficulty {row['difficulty']} does not match horizon {row['horizon']}")
-    expected = row["pattern"] if row["cot_format"] == "world_model" else OTHERS
+    expected = row["pattern"] if row["cot_format"] in PATTERN_LINE_FORMATS else OTHERS
     if classify_trajectory(row["text"]) != expected:
         raise RowError(f"row {rid}: the classifier does not recognise pattern {row['pattern']}")

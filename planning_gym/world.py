@@ -21,6 +21,8 @@ from .graph import GraphParams, SkillGraph, generate_graph
 from .rng import stream
 
 DOMAIN_DIR = Path(__file__).parent / "domains"
+ERROR_DETAILS = ("terse", "full")
+PATHS = ("multi", "single")
 _DOMAIN_FIELDS = ("key", "name", "gather_verb", "verbs", "base_modifiers", "base_nouns",
                   "crafted_modifiers", "crafted_nouns")
 
@@ -64,14 +66,27 @@ class NamedRule:
     verb: str
     inputs: tuple[tuple[int, int], ...]      # ((item index, count), ...)
     output: int
+    recipe: str = "A"                        # the recipe whose procedures this rule belongs to
 
 
 class World:
-    """Items, rules and verbs of one (domain, recipe).  Item identity is an integer index."""
+    """Items, rules and verbs of one (domain, recipe).  Item identity is an integer index.
+
+    ``errors`` is how much a failed synthesis tells the agent: ``terse`` (``cannot forge X:
+    missing inputs``) or ``full`` (``... missing A x2, B x1``: the recipe, given away by the
+    error; a recipe-free script that reads these errors solves most tasks).  It is part of the
+    observation semantics, so it travels with the rules in ``rules.json``.
+
+    A world may hold the rules of several recipes (the *multi-path* world: A's and B's paths to
+    the same goals are both valid).  ``recipe`` is the one whose procedures this world's corpus
+    teaches; `taught` is the world restricted to it, which plans gold trajectories.
+    """
 
     def __init__(self, domain: str, recipe: str, names: list[str], levels: list[int],
-                 rules: list[NamedRule], gather_verb: str):
-        self.domain, self.recipe = domain, recipe
+                 rules: list[NamedRule], gather_verb: str, errors: str = "terse"):
+        if errors not in ERROR_DETAILS:
+            raise DomainError(f"errors must be one of {', '.join(ERROR_DETAILS)}, got '{errors}'")
+        self.domain, self.recipe, self.errors = domain, recipe, errors
         self.names, self.levels = list(names), list(levels)
         self.rules, self.gather_verb = list(rules), gather_verb
         self.index = {n: i for i, n in enumerate(self.names)}
@@ -86,13 +101,26 @@ class World:
 
     # ----- construction -------------------------------------------------------------------
     @classmethod
-    def build(cls, domain: str, params: GraphParams, seed: int, recipe: str = "A") -> "World":
+    def build(cls, domain: str, params: GraphParams, seed: int, recipe: str = "A",
+              errors: str = "terse", paths: str = "single") -> "World":
+        """The world of ``recipe``.  ``paths="single"``: only that recipe's rules exist.
+        ``paths="multi"``: recipe A's rules and a second recipe's (B for an A corpus, the corpus's
+        own recipe otherwise) both exist, the second drawn on verbs A leaves free per item."""
+        if paths not in PATHS:
+            raise DomainError(f"paths must be one of {', '.join(PATHS)}, got '{paths}'")
         spec = load_domain(domain)
-        graph = generate_graph(params, seed, recipe)
-        return cls.from_graph(spec, graph, seed)
+        if paths == "single":
+            return cls.from_graph(spec, generate_graph(params, seed, recipe), seed, errors)
+        base = generate_graph(params, seed, "A")
+        taken: dict[int, set[int]] = {}
+        for rule in base.rules:
+            taken.setdefault(rule.output, set()).add(rule.verb)
+        other = generate_graph(params, seed, "B" if recipe == "A" else recipe, avoid_verbs=taken)
+        return cls.from_graph(spec, base, seed, errors, also=other, taught=recipe)
 
     @classmethod
-    def from_graph(cls, spec: dict, graph: SkillGraph, seed: int) -> "World":
+    def from_graph(cls, spec: dict, graph: SkillGraph, seed: int, errors: str = "terse",
+                   also: SkillGraph | None = None, taught: str | None = None) -> "World":
         if graph.params.n_verbs > len(spec["verbs"]):
             raise DomainError(f"domain {spec['key']} has {len(spec['verbs'])} verbs, the graph needs {graph.params.n_verbs}")
         rng = stream(seed, "surface", spec["key"])     # the index map: wording only
@@ -104,8 +132,9 @@ class World:
         base_names, crafted_names = rng.sample(base, n_base), rng.sample(crafted, graph.n_items - n_base)
         names = [base_names.pop() if lv == 0 else crafted_names.pop() for lv in graph.levels]
         verbs = rng.sample(spec["verbs"], graph.params.n_verbs)
-        rules = [NamedRule(verbs[r.verb], r.inputs, r.output) for r in graph.rules]
-        return cls(spec["key"], graph.recipe, names, graph.levels, rules, spec["gather_verb"])
+        rules = [NamedRule(verbs[r.verb], r.inputs, r.output, g.recipe)
+                 for g in ([graph, also] if also is not None else [graph]) for r in g.rules]
+        return cls(spec["key"], taught or graph.recipe, names, graph.levels, rules, spec["gather_verb"], errors)
 
     # ----- the export contract --------------------------------------------------------------
     def to_rules_json(self) -> dict:
@@ -113,9 +142,10 @@ class World:
             "domain": self.domain,
             "recipe": self.recipe,
             "gather_verb": self.gather_verb,
+            "errors": self.errors,
             "items": [{"name": n, "level": lv, "base": lv == 0} for n, lv in zip(self.names, self.levels)],
             "rules": [{"verb": r.verb, "inputs": {self.names[i]: c for i, c in r.inputs},
-                       "output": self.names[r.output]} for r in self.rules],
+                       "output": self.names[r.output], "recipe": r.recipe} for r in self.rules],
         }
 
     @classmethod
@@ -125,12 +155,26 @@ class World:
             levels = [int(it["level"]) for it in data["items"]]
             index = {n: i for i, n in enumerate(names)}
             rules = [NamedRule(r["verb"], tuple(sorted((index[k], int(c)) for k, c in r["inputs"].items())),
-                               index[r["output"]]) for r in data["rules"]]
-            return cls(data["domain"], data["recipe"], names, levels, rules, data["gather_verb"])
+                               index[r["output"]], r.get("recipe", data["recipe"])) for r in data["rules"]]
+            # Files written before the knob existed listed the missing inputs.
+            return cls(data["domain"], data["recipe"], names, levels, rules, data["gather_verb"],
+                       data.get("errors", "full"))
         except (KeyError, TypeError, ValueError) as e:
             raise DomainError(f"malformed rules.json: {e!r}") from None
 
     # ----- helpers ----------------------------------------------------------------------------
+    @cached_property
+    def taught(self) -> "World":
+        """This world with only the taught recipe's rules (itself when it holds no others)."""
+        if all(r.recipe == self.recipe for r in self.rules):
+            return self
+        return World(self.domain, self.recipe, self.names, self.levels,
+                     [r for r in self.rules if r.recipe == self.recipe], self.gather_verb, self.errors)
+
+    @property
+    def paths(self) -> str:
+        return "multi" if len({r.recipe for r in self.rules}) > 1 else "single"
+
     @property
     def n_items(self) -> int:
         return len(self.names)

@@ -184,13 +184,16 @@ def score(outcomes: list[dict], k: int) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], k: int, header: str = "") -> str:
+def markdown(rows: list[dict], k: int, header: str = "", baselines: str = "") -> str:
+    """The results table, then ``baselines`` (the same cells' baseline scores, if given), then patterns."""
     lines = [header] if header else []
     lines += [f"| domain | split | difficulty | tasks | avg@{k} | pass@{k} | turns | invalid / episode | stuck % |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['domain']} | {r['split']} | {r['difficulty']} | {r['tasks']} | {r[f'avg@{k}']:.2f} "
                      f"| {r[f'pass@{k}']:.2f} | {r['turns']:.2f} | {r['invalid']:.2f} | {r['stuck']:.1f} |")
+    if baselines:
+        lines += ["", baselines.rstrip("\n")]
     lines += ["", "Planning patterns of the sampled outputs (% of samples):", "",
               "| domain | split | difficulty | " + " | ".join(PATTERN_COLUMNS) + " |",
               "|---|---|---|" + "---|" * len(PATTERN_COLUMNS)]
@@ -253,6 +256,14 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                          "pattern": classify_trajectory(ep.text), "horizon": row["horizon"],
                          "actions": ep.actions, "stop_reason": ep.stop_reason, "text": ep.text})
     table = score(outcomes, k)
+    # Knowledge-free and recall baselines on exactly these tasks and step limit, printed beside the model.
+    from planning_gym.baselines import baseline_rows, comparison_markdown
+    try:
+        base_rows = baseline_rows(corpus_dir, worlds, [(SPLITS[s], r) for s, r in rows], step_limit=step_limit,
+                                  k=k, seed=seed)
+        base_md = comparison_markdown(table, base_rows, k)
+    except Exception as exc:    # never lose a model's evaluation to a baseline failure; say so instead
+        base_rows, base_md = None, f"Baselines could not be computed: {type(exc).__name__}: {exc}\n"
     overall = {r["split"]: {f"avg@{k}": r[f"avg@{k}"], f"pass@{k}": r[f"pass@{k}"], "stuck": r["stuck"],
                             "tasks": r["tasks"]}
                for r in score([{**o, "domain": "*", "difficulty": "all"} for o in outcomes], k)}
@@ -260,7 +271,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
                "max_tasks_per_cell": max_tasks_per_cell, "splits": list(splits), "difficulties": difficulties,
                "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
-               "generated_tokens": ro.generated_tokens, "overall": overall, "table": table}
+               "generated_tokens": ro.generated_tokens, "overall": overall, "table": table, "baselines": base_rows}
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -271,7 +282,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0
                 writer.writerow({key: round(v, 4) if isinstance(v, float) else v for key, v in r.items()})
         head = (f"# Evaluation: {len(tasks)} tasks x {k} samples, temperature {temperature}, "
                 f"step limit {step_limit}\n\ncorpus `{corpus_dir}`\n")
-        (out / "results.md").write_text(markdown(table, k, head))
+        (out / "results.md").write_text(markdown(table, k, head, base_md))
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         with open(out / "samples.jsonl", "w") as f:
             for o in outcomes:

@@ -94,7 +94,7 @@ def test_splits_are_disjoint_and_leaks_are_detected(corpus):
     rows = {s: load_rows(out / f"{s}.jsonl") for s in ("pretrain", "posttrain", "test_id", "test_ood")}
     check_splits(cfg, worlds, rows)
     leaked = {**rows, "pretrain": rows["pretrain"] + [{**rows["test_id"][0], "split": "pretrain"}]}
-    with pytest.raises(SplitLeakError, match="test task"):
+    with pytest.raises(SplitLeakError, match="test_id task appears in a training pool"):
         check_splits(cfg, worlds, leaked)
     leaked = {**rows, "posttrain": rows["posttrain"] + [{**rows["test_ood"][0], "split": "posttrain"}]}
     with pytest.raises(SplitLeakError):
@@ -189,7 +189,7 @@ def run_cli(*args, cwd):
     (["--horizon-mix", "1/2"], "S/M/L percentages"),
     (["--patterns", "9opt"], "bad pattern mixture"),
     (["--patterns", "T1+X9"], "bad pattern mixture"),
-    (["--items-per-level", "2"], "could only draw"),
+    (["--items-per-level", "2"], "steps from an empty inventory"),
     (["--inputs-per-rule", "4,2"], "inputs_per_rule"),
 ])
 def test_cli_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, message):
@@ -204,10 +204,10 @@ def test_cli_writes_a_corpus(tmp_path):
     res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), "--n-pretrain", "10", "--n-test", "4",
                   "--quiet", cwd=Path(__file__).parents[1])
     assert res.returncode == 0, res.stderr
-    assert (tmp_path / "fa-tiny" / "stats.md").read_text().count("|") > 20
+    assert (tmp_path / "fa-tiny-pre10-test4" / "stats.md").read_text().count("|") > 20
     args = ("--scale", "tiny", "--data-dir", str(tmp_path), "--n-pretrain", "10", "--n-test", "4", "--quiet")
     again = run_cli(*args, cwd=Path(__file__).parents[1])
     assert "reusing" in again.stdout
-    cfg_file = tmp_path / "fa-tiny" / "config.json"
+    cfg_file = tmp_path / "fa-tiny-pre10-test4" / "config.json"
     cfg_file.write_text(cfg_file.read_text().replace('"generator": "', '"generator": "old'))
     assert "wrote" in run_cli(*args, cwd=Path(__file__).parents[1]).stdout     # other code: regenerated

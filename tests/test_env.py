@@ -8,11 +8,11 @@ from planning_gym.env import PlanningEnv, Task, apply_action
 from planning_gym.world import NamedRule, World
 
 
-def hand_world():
+def hand_world(errors="full"):
     # 0 ash (base), 1 dew (base), 2 salve: brew <- 2 ash | brew <- 1 dew (same verb: order decides)
     # 3 charm: infuse <- salve + dew
     rules = [NamedRule("brew", ((0, 2),), 2), NamedRule("brew", ((1, 1),), 2), NamedRule("infuse", ((1, 1), (2, 1)), 3)]
-    return World("fa", "A", ["ash", "dew", "salve", "charm"], [0, 0, 1, 2], rules, "gather")
+    return World("fa", "A", ["ash", "dew", "salve", "charm"], [0, 0, 1, 2], rules, "gather", errors)
 
 
 def test_gather_adds_one_unit_of_a_base_item():
@@ -48,6 +48,17 @@ def test_errors_are_observations_and_leave_state_unchanged(action, error):
     assert info["error"] == error and not info["valid"]
     assert f"Result: Error: {error}" in obs and "Goal: charm" in obs and "Inventory: ash x1" in obs
     assert env.inventory == {0: 1} and reward == 0.0 and not terminated and not truncated
+
+
+def test_terse_errors_do_not_give_away_the_recipe():
+    """The default error detail says that inputs are missing, not which: the rules must be learned."""
+    for errors, expected in (("terse", "cannot infuse charm: missing inputs"),
+                             ("full", "cannot infuse charm: missing dew x1, salve x1")):
+        inv = {0: 1}
+        assert apply_action(hand_world(errors), inv, "infuse charm") == expected and inv == {0: 1}
+    assert World.build("fa", scale_graph("tiny"), 0).errors == "terse"
+    round_trip = World.from_rules_json(hand_world("terse").to_rules_json())
+    assert round_trip.errors == "terse"
 
 
 def test_success_terminates_with_reward_and_truncation_at_step_limit():

@@ -63,6 +63,54 @@ def test_solver_matches_brute_force_on_small_graphs(seed):
     assert checked >= 30
 
 
+def _all_shortest_craft_multisets(world, goal, inv, length):
+    """Depth-first over raw states: the multiset of craft actions of every plan of ``length``."""
+    from collections import Counter
+    from planning_gym.env import apply_action
+    actions = [world.action_text(("gather", i)) for i in range(world.n_items) if world.is_base(i)]
+    actions += sorted({world.action_text(r) for r in range(len(world.rules))})
+    found = set()
+
+    def dfs(state, taken):
+        if state.get(goal, 0) >= 1:
+            if len(taken) == length:
+                found.add(tuple(sorted(Counter(a for a in taken if not a.startswith(world.gather_verb)).items())))
+            return
+        if len(taken) == length:
+            return
+        for a in actions:
+            nxt = dict(state)
+            if apply_action(world, nxt, a) is None:
+                dfs(nxt, taken + [a])
+    dfs(dict(inv), [])
+    return found
+
+
+def test_optimal_allocations_are_every_shortest_plan():
+    """The solver's set of optimal allocations equals, up to action order, the set of shortest
+    plans found by exhaustive search (what the OOD hold-out relies on: *no* shortest plan leaks)."""
+    params = GraphParams(n_base=3, items_per_level=(3, 2), inputs_per_rule=(1, 2), rules_per_item=(1, 2),
+                         count_range=(1, 2))
+    checked = multi = 0
+    for seed, k in [(seed, k) for seed in range(3) for k in range(40)]:
+        world = World.build("fa", params, seed=seed)
+        solver = Solver(world)
+        rng = random.Random(seed * 1000 + k)
+        goal = rng.choice([i for i in range(world.n_items) if world.levels[i] >= 1])
+        pool = sorted(world.ancestors[goal])
+        inv = {i: rng.randint(1, 2) for i in rng.sample(pool, min(len(pool), rng.randint(0, 2)))}
+        length = solver.plan_length(goal, inv)
+        if length is None or length > 6:
+            continue
+        allocs = solver.optimal_allocations(goal, inv)
+        as_text = {tuple(sorted((world.action_text(r), n) for r, n in a)) for a in allocs}
+        assert as_text == _all_shortest_craft_multisets(world, goal, inv, length), (goal, inv)
+        assert solver.optimal_allocations(goal, inv, limit=len(allocs) - 1) is None or len(allocs) == 1
+        checked += 1
+        multi += len(allocs) > 1
+    assert checked >= 45 and multi >= 3
+
+
 def test_solver_uses_per_unit_or_alternatives():
     """Two units of X, each cheap by a different rule thanks to the inventory: the optimum
     mixes the alternatives (a single-rule-per-item solver would say 3, not 2)."""
@@ -119,8 +167,11 @@ def test_rules_json_round_trip_gives_the_same_world():
     w2 = World.from_rules_json(w.to_rules_json())
     assert w2.names == w.names and w2.rules == w.rules and w2.gather_verb == w.gather_verb
     data = w.to_rules_json()
-    assert set(data) == {"domain", "recipe", "items", "rules", "gather_verb"}
-    assert set(data["rules"][0]) == {"verb", "inputs", "output"}
+    assert set(data) == {"domain", "recipe", "items", "rules", "gather_verb", "errors"}
+    assert set(data["rules"][0]) == {"verb", "inputs", "output", "recipe"}
+    multi = World.build("ea", scale_graph("tiny"), 5, "B", paths="multi")
+    again = World.from_rules_json(multi.to_rules_json())
+    assert again.rules == multi.rules and again.taught.rules == multi.taught.rules and again.paths == "multi"
     assert set(data["items"][0]) == {"name", "level", "base"}
 
 
@@ -155,8 +206,10 @@ def test_unknown_domain_names_the_known_ones():
 def test_too_shallow_graph_cannot_fill_long_bin():
     world = World.build("fa", GraphParams(n_base=3, items_per_level=(2,), inputs_per_rule=(1, 2),
                                           count_range=(1, 1)), 0)
+    with pytest.raises(GraphConfigError, match="needs 21\\+ steps"):
+        TaskSampler(world, 0)                       # no goal is out of a memorised plan's reach
     with pytest.raises(GraphConfigError, match="long tasks"):
-        TaskSampler(world, 0).sample("x", "long", 4, held_out=False)
+        TaskSampler(world, 0, goal_min_plan=2).sample("x", "long", 4, held_out=False)
 
 
 def test_scales_are_valid():
@@ -164,10 +217,40 @@ def test_scales_are_valid():
         scale_graph(s).check()
 
 
-def test_held_out_membership_is_a_property_of_the_combination():
-    world = World.build("fa", scale_graph("tiny"), 0)
+def test_ood_tasks_make_a_reserved_item_on_every_shortest_plan_and_id_tasks_never():
+    world = World.build("fa", scale_graph("small"), 0, paths="multi")
     sampler = TaskSampler(world, 0, ood_fraction=0.3)
-    ood = sampler.sample("t", "short", 8, held_out=True)
-    assert all(sampler.held_out(t) for t in ood)
-    same_combo_other_counts = [Task(t.goal, tuple((i, c + 1) for i, c in t.inventory)) for t in ood]
-    assert all(sampler.held_out(t) for t in same_combo_other_counts)
+    taught = sampler.taught
+    for held_out in (True, False):
+        for b in BINS:
+            for task in sampler.sample("t", b, 6, held_out=held_out):
+                allocs = sampler.solver.optimal_allocations(task.goal, dict(task.inventory))
+                makes_reserved = [any(sampler.reserved(task.goal, taught.rules[r].output) for r, _ in a)
+                                  for a in allocs]
+                assert allocs and all(m == held_out for m in makes_reserved)
+                assert sampler.solver.scratch_cost[task.goal] > 20     # a from-empty plan cannot fit
+
+
+def test_multi_path_world_accepts_both_recipes_plans():
+    """An A corpus and a B corpus of the multi-path world teach different, both valid, paths to
+    the same goals; the single-path B world replaces A's rules (the named variant)."""
+    params = scale_graph("small")
+    a, b = (World.build("fa", params, 0, r, paths="multi") for r in RECIPES)
+    assert a.rules == b.rules and a.taught.rules != b.taught.rules
+    assert len({(r.verb, r.output) for r in a.rules}) == len(a.rules)     # one action, one rule
+    assert World.build("fa", params, 0, "A").rules == a.taught.rules
+    sampler = TaskSampler(a, 0)
+    solvers = {r: Solver(w) for r, w in zip(RECIPES, (a, b))}
+    differ = 0
+    for task in sampler.sample("t", "mid", 10, held_out=False):
+        plans = {r: s.gold_plan(task.goal, dict(task.inventory)) for r, s in solvers.items()}
+        for plan in plans.values():
+            if plan is None:
+                continue
+            env = PlanningEnv(a, max_steps=50)
+            env.reset(options={"task": task})
+            assert [env.step(x)[4]["valid"] for x in plan] == [True] * len(plan) and env.success
+        differ += plans["A"] != plans["B"]
+    assert differ >= 5
+    single_b = World.build("fa", params, 0, "B")
+    assert not {(r.inputs, r.output) for r in single_b.rules} & {(r.inputs, r.output) for r in a.taught.rules}
