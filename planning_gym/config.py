@@ -76,7 +76,7 @@ class CorpusConfig:
     n_pretrain_per_bin: int = 0          # 0: derived from scale
     n_posttrain_per_bin: int = 0
     n_test_per_bin: int = 0
-    ood_fraction: float = 0.15           # share of plan compositions held out for test_ood
+    ood_fraction: float = 0.15           # share of (goal, intermediate) pairs reserved for test_ood
     errors: str = "terse"                # error detail: terse | full (lists the missing inputs)
     paths: str = "multi"                 # multi: A's and B's rules both exist; single: only the recipe's
     goal_min_plan: int = GOAL_MIN_PLAN   # goals need at least this many steps from an empty inventory
@@ -124,6 +124,10 @@ class CorpusConfig:
             raise ConfigError(f"errors must be one of {', '.join(ERROR_DETAILS)}, got '{self.errors}'")
         if self.paths not in PATHS:
             raise ConfigError(f"paths must be one of {', '.join(PATHS)}, got '{self.paths}'")
+        if self.paths == "multi" and 2 * self.graph.rules_per_item[1] > self.graph.n_verbs:
+            raise ConfigError(f"a multi-path world gives each recipe its own verbs per item: rules_per_item max "
+                              f"{self.graph.rules_per_item[1]} needs n_verbs >= {2 * self.graph.rules_per_item[1]} "
+                              f"(have {self.graph.n_verbs}); use --paths single")
         if self.goal_min_plan < 1 or self.defect_every < 1:
             raise ConfigError("goal_min_plan and defect_every must be positive")
         if not self.recipe or not self.recipe.isalnum():

@@ -55,13 +55,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="corpus folder name (default: derived from the settings)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--recipe", default=None, help="recipe variant: A (default) or B")
-    p.add_argument("--cot-format", default=None, help="world_model (default) or direct")
+    p.add_argument("--cot-format", default=None, help="world_model (default), pattern_only or direct")
     p.add_argument("--patterns", default=None,
                    help="1opt | 4opt (default) | 4opt4sub | 4opt8sub, or a set such as T1+T2+D1 or T1:2+D1:1")
     p.add_argument("--horizon-mix", type=_mix, default=None, help="S/M/L percentages, e.g. 100/100/5")
     p.add_argument("--n-pretrain", type=int, default=None, help="pretrain rows per bin at 100%%")
     p.add_argument("--n-posttrain", type=int, default=None, help="posttrain rows per bin")
     p.add_argument("--n-test", type=int, default=None, help="test tasks per bin (default 160 at small/paper)")
+    p.add_argument("--errors", default=None, help="error detail: terse (default: what failed) or full (which inputs are missing)")
+    p.add_argument("--paths", default=None,
+                   help="multi (default: A's and B's rules both exist, the corpus teaches its recipe's) or single (only the recipe's rules)")
+    p.add_argument("--ood-fraction", type=float, default=None, help="share of (goal, intermediate) pairs reserved for test_ood (0.15)")
+    p.add_argument("--goal-min-plan", type=int, default=None,
+                   help="goals need at least this many steps from an empty inventory (default 21: beyond the 20-step limit)")
+    p.add_argument("--defect-every", type=int, default=None, help="a suboptimal row has 1 + horizon // N defects (6)")
+    p.add_argument("--task-seed", type=int, default=None, help="seed of the task stream (default --seed): new tasks, same graph")
+    p.add_argument("--row-seed", type=int, default=None, help="seed of the pattern / defect stream (default --seed)")
     g = p.add_argument_group("graph variants (default: the scale's graph)")
     g.add_argument("--n-base", type=int, default=None, help="level-0 items")
     g.add_argument("--items-per-level", type=_levels, default=None, help="items of levels 1..depth, e.g. 8,6,5")
@@ -82,7 +91,9 @@ def config_from_args(args) -> CorpusConfig:
     return CorpusConfig.from_scale(
         scale, graph=dataclasses.replace(graph, **changes), domains=tuple(d.strip() for d in args.domain.split(",") if d.strip()), seed=args.seed,
         recipe=args.recipe, cot_format=args.cot_format, patterns=args.patterns, horizon_mix=args.horizon_mix,
-        n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test)
+        n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test,
+        errors=args.errors, paths=args.paths, ood_fraction=args.ood_fraction, goal_min_plan=args.goal_min_plan,
+        defect_every=args.defect_every, task_seed=args.task_seed, row_seed=args.row_seed)
 
 
 def same_corpus(out: Path, cfg: CorpusConfig) -> bool:

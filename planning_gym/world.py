@@ -57,8 +57,18 @@ def load_domain(key_or_path: str) -> dict:
     return spec
 
 
-def _name_pool(spec: dict, kind: str) -> list[str]:
-    return [f"{m} {n}" for m in spec[f"{kind}_modifiers"] for n in spec[f"{kind}_nouns"]]
+def _draw_names(spec: dict, kind: str, n: int, rng) -> list[str]:
+    """``n`` distinct ``modifier noun`` names.  When the pools are large enough no word is used
+    twice (each pool shuffled, paired by position): more word types is what lets the paper-scale
+    BPE grow toward its 3000 tokens.  Smaller pools fall back to distinct pairs."""
+    mods, nouns = list(spec[f"{kind}_modifiers"]), list(spec[f"{kind}_nouns"])
+    if n > len(mods) * len(nouns):
+        raise DomainError(f"domain {spec['key']} has names for {len(mods) * len(nouns)} {kind} items; the graph needs {n}")
+    if n <= min(len(mods), len(nouns)):
+        rng.shuffle(mods)
+        rng.shuffle(nouns)
+        return [f"{m} {w}" for m, w in zip(mods[:n], nouns[:n])]
+    return rng.sample([f"{m} {w}" for m in mods for w in nouns], n)
 
 
 @dataclass(frozen=True)
@@ -124,12 +134,9 @@ class World:
         if graph.params.n_verbs > len(spec["verbs"]):
             raise DomainError(f"domain {spec['key']} has {len(spec['verbs'])} verbs, the graph needs {graph.params.n_verbs}")
         rng = stream(seed, "surface", spec["key"])     # the index map: wording only
-        base, crafted = _name_pool(spec, "base"), _name_pool(spec, "crafted")
         n_base = sum(1 for lv in graph.levels if lv == 0)
-        if n_base > len(base) or graph.n_items - n_base > len(crafted):
-            raise DomainError(f"domain {spec['key']} has names for {len(base)} base and {len(crafted)} crafted items; "
-                              f"the graph needs {n_base} and {graph.n_items - n_base}")
-        base_names, crafted_names = rng.sample(base, n_base), rng.sample(crafted, graph.n_items - n_base)
+        base_names = _draw_names(spec, "base", n_base, rng)
+        crafted_names = _draw_names(spec, "crafted", graph.n_items - n_base, rng)
         names = [base_names.pop() if lv == 0 else crafted_names.pop() for lv in graph.levels]
         verbs = rng.sample(spec["verbs"], graph.params.n_verbs)
         rules = [NamedRule(verbs[r.verb], r.inputs, r.output, g.recipe)

@@ -211,3 +211,42 @@ def test_cli_writes_a_corpus(tmp_path):
     cfg_file = tmp_path / "fa-tiny-pre10-test4" / "config.json"
     cfg_file.write_text(cfg_file.read_text().replace('"generator": "', '"generator": "old'))
     assert "wrote" in run_cli(*args, cwd=Path(__file__).parents[1]).stdout     # other code: regenerated
+
+
+def test_domain_file_variants_and_load_dataset(tmp_path):
+    """A new domain as a .json path, graph-variant flags that get their own folder, and the card's
+    YAML that makes `datasets.load_dataset(folder)` give the four splits."""
+    import datasets
+    from planning_gym.world import load_domain
+    spec = {**load_domain("fa"), "key": "zz", "gather_verb": "mine", "verbs": ["smelt", "cast", "draw", "temper"]}
+    (tmp_path / "zz.json").write_text(json.dumps(spec))
+    root = Path(__file__).parents[1]
+    base = ("--scale", "tiny", "--data-dir", str(tmp_path / "d"), "--n-pretrain", "20", "--n-test", "3", "--quiet")
+    res = run_cli("--domain", str(tmp_path / "zz.json"), *base, cwd=root)
+    assert res.returncode == 0, res.stderr
+    res = run_cli(*base, "--n-base", "7", cwd=root)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["fa-tiny-pre20-test3-nbase7", "zz-tiny-pre20-test3"]
+    rows = load_rows(tmp_path / "d" / "zz-tiny-pre20-test3" / "pretrain.jsonl")
+    assert {r["domain"] for r in rows} == {"zz"} and "mine " in rows[0]["text"] or "smelt" in rows[0]["text"]
+    ds = datasets.load_dataset(str(tmp_path / "d" / "fa-tiny-pre20-test3-nbase7"))
+    assert sorted(ds) == ["posttrain", "pretrain", "test_id", "test_ood"] and ds["test_ood"].num_rows == 9
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--errors", "loud"], "errors must be one of terse, full"),
+    (["--paths", "many"], "paths must be one of multi, single"),
+    (["--rules-per-item", "1,3"], "needs n_verbs >= 6"),       # multi-path worlds need spare verbs
+    (["--goal-min-plan", "0"], "must be positive"),
+])
+def test_contradictory_knobs_are_one_line_exit_2(tmp_path, args, message):
+    res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), *args, cwd=Path(__file__).parents[1])
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_malformed_domain_file_is_one_line_exit_2(tmp_path):
+    (tmp_path / "bad.json").write_text('{"key": "bad", "name": "x"}')
+    res = run_cli("--domain", str(tmp_path / "bad.json"), "--scale", "tiny", "--data-dir", str(tmp_path / "d"),
+                  cwd=Path(__file__).parents[1])
+    assert res.returncode == 2 and "lacks fields" in res.stderr and not (tmp_path / "d").exists()
