@@ -75,6 +75,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .corpus import CorpusError, read_split as load_rows, read_worlds as load_worlds, select_rows
 from .env import EVAL_STEP_LIMIT, PlanningEnv, Task, apply_action
 from .solver import Solver
 from .world import World
@@ -90,7 +91,7 @@ FROM_EMPTY_BUDGET = 200
 EnvFactory = Callable[[World, int], PlanningEnv]
 
 
-class BaselineError(ValueError):
+class BaselineError(CorpusError):
     """Bad input: a missing corpus, a malformed file, an unknown split or difficulty."""
 
 
@@ -291,54 +292,9 @@ def similarity(test_inv: dict, train_inv: dict) -> int:
 
 
 # ----- corpus input -------------------------------------------------------------------------------------
-def load_worlds(corpus_dir: Path) -> dict[tuple[str, str], World]:
-    corpus_dir = Path(corpus_dir)
-    if not corpus_dir.is_dir():
-        raise BaselineError(f"corpus folder {corpus_dir} does not exist")
-    worlds = {}
-    for path in sorted(corpus_dir.glob("rules_*.json")):
-        try:
-            world = World.from_rules_json(json.loads(path.read_text()))
-        except Exception as exc:
-            raise BaselineError(f"corrupt rules file {path}: {type(exc).__name__}: {exc}") from None
-        worlds[(world.domain, world.recipe)] = world
-    if not worlds:
-        raise BaselineError(f"{corpus_dir} is not a planning-gym corpus (no rules_*.json)")
-    return worlds
-
-
-def load_rows(corpus_dir: Path, split: str, required: bool = True) -> list[dict]:
-    path = Path(corpus_dir) / f"{split}.jsonl"
-    if not path.is_file():
-        if required:
-            raise BaselineError(f"corpus {corpus_dir} has no {split}.jsonl")
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise BaselineError(f"cannot read {path}: {exc}") from None
-
-
 def training_rows(corpus_dir: Path) -> list[dict]:
     """``pretrain.jsonl`` then ``posttrain.jsonl`` rows (file order; a missing file holds none)."""
     return [r for split in TRAIN_FILES for r in load_rows(corpus_dir, split, required=False)]
-
-
-def select_rows(rows: list[dict], max_per_cell: int | None, difficulties: Sequence[str] | None = None) -> list[dict]:
-    """The first ``max_per_cell`` rows of each (domain, difficulty) cell in file order: the same
-    selection as `posttrain.evaluate.select_rows`, so baselines and models see the same tasks."""
-    if difficulties is not None:
-        rows = [r for r in rows if r.get("difficulty") in difficulties]
-    if max_per_cell is None:
-        return list(rows)
-    seen: dict[tuple, int] = {}
-    out = []
-    for r in rows:
-        key = (r.get("domain"), r.get("difficulty"))
-        if seen.get(key, 0) < max_per_cell:
-            seen[key] = seen.get(key, 0) + 1
-            out.append(r)
-    return out
 
 
 def _split_names(splits: Sequence[str]) -> list[str]:
@@ -632,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "baselines.md").write_text(md)
         (out / "baselines.json").write_text(json.dumps(result, indent=1) + "\n")
-    except BaselineError as exc:
+    except CorpusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

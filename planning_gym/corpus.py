@@ -301,3 +301,55 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
 def load_rows(path: Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+# ----- reading a corpus folder (evaluation, baselines, post-training) -------------------------------------
+class CorpusError(ValueError):
+    """A corpus folder that is missing, incomplete or corrupt."""
+
+
+def read_worlds(corpus_dir) -> dict[tuple[str, str], World]:
+    """Every ``rules_*.json`` of a corpus as ``{(domain, recipe): World}``."""
+    corpus_dir = Path(corpus_dir)
+    if not corpus_dir.is_dir():
+        raise CorpusError(f"corpus folder {corpus_dir} does not exist")
+    worlds = {}
+    for path in sorted(corpus_dir.glob("rules_*.json")):
+        try:
+            world = World.from_rules_json(json.loads(path.read_text()))
+        except Exception as exc:
+            raise CorpusError(f"corrupt rules file {path}: {type(exc).__name__}: {exc}") from None
+        worlds[(world.domain, world.recipe)] = world
+    if not worlds:
+        raise CorpusError(f"{corpus_dir} is not a planning-gym corpus (no rules_*.json)")
+    return worlds
+
+
+def read_split(corpus_dir, split: str, required: bool = True) -> list[dict]:
+    """The rows of ``<split>.jsonl`` (none when the file is absent and not ``required``)."""
+    path = Path(corpus_dir) / f"{split}.jsonl"
+    if not path.is_file():
+        if required:
+            raise CorpusError(f"corpus {corpus_dir} has no {split}.jsonl")
+        return []
+    try:
+        return load_rows(path)
+    except (OSError, ValueError) as exc:
+        raise CorpusError(f"cannot read {path}: {exc}") from None
+
+
+def select_rows(rows: list[dict], max_per_cell: int | None, difficulties=None) -> list[dict]:
+    """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order (only the
+    ``difficulties`` bins when given): the one selection models and baselines are scored on."""
+    if difficulties is not None:
+        rows = [r for r in rows if r.get("difficulty") in difficulties]
+    if max_per_cell is None:
+        return list(rows)
+    seen: dict[tuple, int] = {}
+    out = []
+    for r in rows:
+        key = (r.get("domain"), r.get("difficulty"))
+        if seen.get(key, 0) < max_per_cell:
+            seen[key] = seen.get(key, 0) + 1
+            out.append(r)
+    return out

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from planning_gym.corpus import select_rows
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
 from posttrain.config import DIFFICULTIES
 from pretrain.config import UsageError
@@ -42,31 +43,19 @@ PATTERN_COLUMNS = (*PATTERNS, OTHERS)
 # ----- inputs --------------------------------------------------------------------------------------
 def load_worlds(corpus_dir: Path) -> dict:
     """Every ``rules_*.json`` of a corpus as ``{(domain, recipe): World}``."""
-    from planning_gym.world import World
-
-    corpus_dir = Path(corpus_dir)
-    if not corpus_dir.is_dir():
-        raise UsageError(f"corpus folder {corpus_dir} does not exist")
-    worlds = {}
-    for path in sorted(corpus_dir.glob("rules_*.json")):
-        try:
-            world = World.from_rules_json(json.loads(path.read_text()))
-        except Exception as exc:
-            raise UsageError(f"corrupt rules file {path}: {type(exc).__name__}: {exc}") from None
-        worlds[(world.domain, world.recipe)] = world
-    if not worlds:
-        raise UsageError(f"{corpus_dir} is not a planning-gym corpus (no rules_*.json)")
-    return worlds
+    from planning_gym.corpus import CorpusError, read_worlds
+    try:
+        return read_worlds(corpus_dir)
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def load_rows(corpus_dir: Path, split: str) -> list[dict]:
-    path = Path(corpus_dir) / f"{split}.jsonl"
+    from planning_gym.corpus import CorpusError, read_split
     try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except FileNotFoundError:
-        raise UsageError(f"corpus {corpus_dir} has no {split}.jsonl") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        return read_split(corpus_dir, split)
+    except CorpusError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def task_for_row(worlds: dict, row: dict):
@@ -79,23 +68,6 @@ def task_for_row(worlds: dict, row: dict):
         return world, task_of_row(world, row)
     except RowError as exc:
         raise UsageError(str(exc)) from None
-
-
-def select_rows(rows: list[dict], max_per_cell: int | None, difficulties: Sequence[str] | None = None) -> list[dict]:
-    """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order (only the
-    ``difficulties`` bins when given)."""
-    if difficulties is not None:
-        rows = [r for r in rows if r.get("difficulty") in difficulties]
-    if max_per_cell is None:
-        return list(rows)
-    seen: dict[tuple, int] = {}
-    out = []
-    for r in rows:
-        key = (r.get("domain"), r.get("difficulty"))
-        if seen.get(key, 0) < max_per_cell:
-            seen[key] = seen.get(key, 0) + 1
-            out.append(r)
-    return out
 
 
 def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
