@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .graph import GraphParams
 from .patterns import mixture_weights
-from .tasks import GOAL_MIN_PLAN
+from .tasks import BINS, GOAL_MIN_PLAN, bins_from
 from .trajectory import COT_FORMATS
 from .world import ERROR_DETAILS, PATHS, load_domain
 
@@ -83,7 +83,16 @@ class CorpusConfig:
     defect_every: int = 6                # a suboptimal row has 1 + horizon // defect_every defects
     task_seed: int | None = None         # task stream (None: seed); a new one resamples tasks on the same graph
     row_seed: int | None = None          # pattern / defect stream of the rows (None: seed)
+    horizon_bins: tuple[tuple[int, int], ...] = tuple(BINS.values())   # short, mid, long plan lengths
     graph: GraphParams = field(default_factory=GraphParams)
+
+    @property
+    def bins(self) -> dict[str, tuple[int, int]]:
+        return bins_from(self.horizon_bins)
+
+    @property
+    def max_horizon(self) -> int:
+        return self.horizon_bins[-1][1]
 
     @property
     def tasks_seed(self) -> int:
@@ -128,6 +137,11 @@ class CorpusConfig:
             raise ConfigError(f"a multi-path world gives each recipe its own verbs per item: rules_per_item max "
                               f"{self.graph.rules_per_item[1]} needs n_verbs >= {2 * self.graph.rules_per_item[1]} "
                               f"(have {self.graph.n_verbs}); use --paths single")
+        bins = [tuple(b) for b in self.horizon_bins]
+        if len(bins) != 3 or any(len(b) != 2 for b in bins) or bins[0][0] < 1 \
+                or any(lo > hi for lo, hi in bins) or any(bins[k][1] + 1 != bins[k + 1][0] for k in range(2)):
+            raise ConfigError(f"horizon_bins must be three adjacent ranges short, mid, long from 1 up, "
+                              f"like 1-5,6-8,9-13; got {self.horizon_bins}")
         if self.goal_min_plan < 1 or self.defect_every < 1:
             raise ConfigError("goal_min_plan and defect_every must be positive")
         if not self.recipe or not self.recipe.isalnum():
@@ -145,10 +159,13 @@ class CorpusConfig:
         short = {"recipe": "recipe{}", "cot_format": "{}", "patterns": "{}", "errors": "errors-{}",
                  "paths": "{}path", "goal_min_plan": "goal{}", "defect_every": "defect{}",
                  "ood_fraction": "ood{}", "n_pretrain_per_bin": "pre{}", "n_posttrain_per_bin": "post{}",
-                 "n_test_per_bin": "test{}", "seed": "seed{}", "task_seed": "tasks{}", "row_seed": "rows{}"}
+                 "n_test_per_bin": "test{}", "seed": "seed{}", "task_seed": "tasks{}", "row_seed": "rows{}",
+                 "horizon_bins": "bins{}"}
         for f, fmt in short.items():
             value = getattr(self, f)
             if value != getattr(default, f):
+                if f == "horizon_bins":
+                    value = "-".join(f"{lo}to{hi}" for lo, hi in value)
                 parts.append(fmt.format(value).replace(":", "x"))
             if f == "patterns" and tuple(self.horizon_mix) != tuple(default.horizon_mix):
                 parts.append("mix" + "-".join(str(p) for p in self.horizon_mix))
@@ -165,8 +182,11 @@ class CorpusConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "CorpusConfig":
         """Inverse of `to_dict` (a corpus's config.json; extra keys such as ``generator`` ignored)."""
+        def tup(v):
+            return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
         def tuples(d: dict, names) -> dict:
-            return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
+            return {k: tup(v) for k, v in d.items() if k in names}
         graph = GraphParams(**tuples(data["graph"], {f.name for f in dataclasses.fields(GraphParams)}))
         return cls(**{**tuples(data, {f.name for f in dataclasses.fields(cls)}), "graph": graph})
 

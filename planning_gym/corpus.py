@@ -26,7 +26,7 @@ from .env import Task
 from .patterns import OPTIMAL, mixture_weights
 from .rng import stream
 from .solver import Solver
-from .tasks import BINS, MAX_HORIZON, TaskSampler
+from .tasks import BINS, TaskSampler
 from .trajectory import build_row, task_of_row, verify_row
 from .world import World
 
@@ -58,7 +58,7 @@ def build_worlds(cfg: CorpusConfig) -> dict[str, World]:
 
 
 def make_sampler(cfg: CorpusConfig, world: World) -> TaskSampler:
-    return TaskSampler(world, cfg.tasks_seed, cfg.ood_fraction, cfg.goal_min_plan)
+    return TaskSampler(world, cfg.tasks_seed, cfg.ood_fraction, cfg.goal_min_plan, cfg.bins)
 
 
 def sample_pools(cfg: CorpusConfig, world: World) -> dict[str, list[tuple[str, Task]]]:
@@ -104,7 +104,7 @@ _WORKER: dict = {}
 def _init_worker(cfg: CorpusConfig) -> None:
     _WORKER["cfg"] = cfg
     _WORKER["worlds"] = build_worlds(cfg)
-    _WORKER["solvers"] = {d: Solver(w, budget=MAX_HORIZON) for d, w in _WORKER["worlds"].items()}
+    _WORKER["solvers"] = {d: Solver(w, budget=cfg.max_horizon) for d, w in _WORKER["worlds"].items()}
 
 
 def _render_chunk(job: tuple[str, int, list[tuple[str, Task]]]) -> list[dict]:
@@ -117,8 +117,8 @@ def _render_chunk(job: tuple[str, int, list[tuple[str, Task]]]) -> list[dict]:
             pattern = choose_pattern(cfg, split, rng)
             gold = _WORKER["solvers"][d].gold_plan(task.goal, dict(task.inventory))
             row = build_row(world, task, gold, pattern, cfg.cot_format, split,
-                            f"{d}-{cfg.recipe}-{split}-{i:07d}", rng, defect_every=cfg.defect_every)
-            verify_row(world, row, _WORKER["solvers"][d])
+                            f"{d}-{cfg.recipe}-{split}-{i:07d}", rng, defect_every=cfg.defect_every, bins=cfg.bins)
+            verify_row(world, row, _WORKER["solvers"][d], cfg.bins)
             rows.append(row)
     return rows
 
@@ -189,10 +189,10 @@ def check_splits(cfg: CorpusConfig, worlds: dict[str, World], rows: dict[str, li
 
 
 # ----- export --------------------------------------------------------------------------------------
-def statistics(rows: dict[str, list[dict]]) -> list[dict]:
+def statistics(rows: dict[str, list[dict]], max_horizon: int) -> list[dict]:
     """Paper Table 11: number of rows per gold-plan length, per split."""
     table = []
-    for h in range(1, MAX_HORIZON + 1):
+    for h in range(1, max_horizon + 1):
         table.append({"horizon": h, **{s: sum(r["horizon"] == h for r in rows[s]) for s in SPLITS}})
     table.append({"horizon": "total", **{s: len(rows[s]) for s in SPLITS}})
     return table
@@ -257,7 +257,7 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
     pools = sample_pools(cfg, next(iter(worlds.values())))
     rows = render_rows(cfg, pools, workers, progress)
     check_splits(cfg, worlds, rows)
-    table = statistics(rows)
+    table = statistics(rows, cfg.max_horizon)
 
     out_dir = Path(out_dir)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"

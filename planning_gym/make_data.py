@@ -33,6 +33,13 @@ def _pair(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _bins(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        return tuple(tuple(int(x) for x in part.split("-")) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected three plan-length ranges like 1-5,6-8,9-13, got '{text}'") from None
+
+
 def _levels(text: str) -> tuple[int, ...]:
     parts = text.split(",")
     if not all(p.strip().isdigit() for p in parts):
@@ -69,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--goal-min-plan", type=int, default=None,
                    help="goals need at least this many steps from an empty inventory (default 21: beyond the 20-step limit)")
     p.add_argument("--defect-every", type=int, default=None, help="a suboptimal row has 1 + horizon // N defects (6)")
+    p.add_argument("--horizon-bins", type=_bins, default=None,
+                   help="plan lengths of the short, mid and long bins (default 1-5,6-8,9-13)")
     p.add_argument("--task-seed", type=int, default=None, help="seed of the task stream (default --seed): new tasks, same graph")
     p.add_argument("--row-seed", type=int, default=None, help="seed of the pattern / defect stream (default --seed)")
     g = p.add_argument_group("graph variants (default: the scale's graph)")
@@ -93,7 +102,8 @@ def config_from_args(args) -> CorpusConfig:
         recipe=args.recipe, cot_format=args.cot_format, patterns=args.patterns, horizon_mix=args.horizon_mix,
         n_pretrain_per_bin=args.n_pretrain, n_posttrain_per_bin=args.n_posttrain, n_test_per_bin=args.n_test,
         errors=args.errors, paths=args.paths, ood_fraction=args.ood_fraction, goal_min_plan=args.goal_min_plan,
-        defect_every=args.defect_every, task_seed=args.task_seed, row_seed=args.row_seed)
+        defect_every=args.defect_every, task_seed=args.task_seed, row_seed=args.row_seed,
+        horizon_bins=args.horizon_bins)
 
 
 def same_corpus(out: Path, cfg: CorpusConfig) -> bool:

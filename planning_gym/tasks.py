@@ -1,7 +1,7 @@
 """Task sampling: goals, start inventories, horizons, difficulty bins and the OOD hold-out.
 
 A task's horizon is the length of its shortest plan (1-13).  Bins: short 1-5, mid 6-8,
-long 9-13.  Tasks are drawn from the ``("tasks", recipe, pool, bin)`` stream, which does not
+long 9-13 (a corpus setting, ``horizon_bins``).  Tasks are drawn from the ``("tasks", recipe, pool, bin)`` stream, which does not
 depend on the domain, so fa / lf / ea get the same abstract tasks (paper Table 11 is identical
 across domains).
 
@@ -41,11 +41,16 @@ GOAL_MIN_PLAN = 21              # > the 20-step evaluation limit
 MAX_SHORTEST_PLANS = 64         # tasks with more optimal allocations are not used
 
 
-def difficulty(horizon: int) -> str:
-    for name, (lo, hi) in BINS.items():
+def difficulty(horizon: int, bins: dict[str, tuple[int, int]] = BINS) -> str:
+    for name, (lo, hi) in bins.items():
         if lo <= horizon <= hi:
             return name
-    raise ValueError(f"horizon {horizon} is outside 1..{MAX_HORIZON}")
+    raise ValueError(f"horizon {horizon} is outside the bins {bins}")
+
+
+def bins_from(ranges) -> dict[str, tuple[int, int]]:
+    """``((1, 5), (6, 8), (9, 13))`` -> the named bins short / mid / long."""
+    return {name: (int(lo), int(hi)) for name, (lo, hi) in zip(BINS, ranges)}
 
 
 def deep_goals(world: World, min_plan: int) -> list[int]:
@@ -56,9 +61,10 @@ def deep_goals(world: World, min_plan: int) -> list[int]:
 class TaskSampler:
     """Draws tasks of a given difficulty bin from one world (planned with its taught recipe)."""
 
-    def __init__(self, world: World, seed: int, ood_fraction: float = 0.15, goal_min_plan: int = GOAL_MIN_PLAN):
-        self.world, self.seed, self.ood_fraction = world, seed, ood_fraction
-        self.solver = Solver(world, budget=MAX_HORIZON)
+    def __init__(self, world: World, seed: int, ood_fraction: float = 0.15, goal_min_plan: int = GOAL_MIN_PLAN,
+                 bins: dict[str, tuple[int, int]] = BINS):
+        self.world, self.seed, self.ood_fraction, self.bins = world, seed, ood_fraction, dict(bins)
+        self.solver = Solver(world, budget=max(hi for _, hi in self.bins.values()))
         self.taught = self.solver.world
         self.goals = deep_goals(world, goal_min_plan)
         if not self.goals:
@@ -177,7 +183,7 @@ class TaskSampler:
         rules training uses).  Training pools pass ``unique=False``: repeats are what a corpus
         of that size would contain anyway.
         """
-        lo, hi = BINS[bin_name]
+        lo, hi = self.bins[bin_name]
         rng = stream(self.seed, "tasks", self.world.recipe, pool, bin_name)
         out: list[Task] = []
         seen: set = set()

@@ -18,7 +18,7 @@ import random
 from .env import PlanningEnv, Task
 from .patterns import DEFECT_EVERY, OTHERS, act, classify_trajectory, pattern_line, predict_line
 from .solver import Solver
-from .tasks import difficulty
+from .tasks import BINS, difficulty
 from .text import ACTION_PREFIX, join_turns, parse_action, split_turns
 from .world import World
 
@@ -45,7 +45,7 @@ def agent_turn(world: World, pattern: str, cot_format: str, goal: int, actions: 
 
 
 def build_row(world: World, task: Task, gold: list[str], pattern: str, cot_format: str, split: str,
-              row_id: str, rng: random.Random, defect_every: int = DEFECT_EVERY) -> dict:
+              row_id: str, rng: random.Random, defect_every: int = DEFECT_EVERY, bins: dict = BINS) -> dict:
     """Play ``task`` as ``pattern`` would (`act`; ``defect_every`` sets how many defects a
     suboptimal row gets) through a fresh environment and render the row."""
     if cot_format not in COT_FORMATS:
@@ -61,7 +61,7 @@ def build_row(world: World, task: Task, gold: list[str], pattern: str, cot_forma
         observations.append(obs)
     return {
         "id": row_id, "domain": world.domain, "recipe": world.recipe, "split": split,
-        "horizon": len(gold), "difficulty": difficulty(len(gold)), "pattern": pattern,
+        "horizon": len(gold), "difficulty": difficulty(len(gold), bins), "pattern": pattern,
         "cot_format": cot_format, "goal": world.names[task.goal],
         "initial_inventory": [{"item": world.names[i], "count": c} for i, c in task.inventory],
         "actions": actions, "gold_actions": list(gold), "success": bool(success),
@@ -77,7 +77,7 @@ def task_of_row(world: World, row: dict) -> Task:
         raise RowError(f"row {row.get('id')}: bad goal or initial_inventory ({e!r})") from None
 
 
-def verify_row(world: World, row: dict, solver: Solver | None = None) -> None:
+def verify_row(world: World, row: dict, solver: Solver | None = None, bins: dict = BINS) -> None:
     """Replay ``row`` from its text through a fresh environment; raise RowError on any mismatch."""
     rid = row.get("id")
     missing = [f for f in ROW_FIELDS if f not in row]
@@ -116,7 +116,7 @@ def verify_row(world: World, row: dict, solver: Solver | None = None) -> None:
         raise RowError(f"row {rid}: gold plan does not reach the goal in {row['horizon']} steps")
     if solver is not None and solver.plan_length(task.goal, dict(task.inventory)) != row["horizon"]:
         raise RowError(f"row {rid}: the solver's shortest plan is not {row['horizon']} steps")
-    if row["difficulty"] != difficulty(row["horizon"]):
+    if row["difficulty"] != difficulty(row["horizon"], bins):
         raise RowError(f"row {rid}: difficulty {row['difficulty']} does not match horizon {row['horizon']}")
     expected = row["pattern"] if row["cot_format"] in PATTERN_LINE_FORMATS else OTHERS
     if classify_trajectory(row["text"]) != expected:

@@ -238,6 +238,8 @@ def test_domain_file_variants_and_load_dataset(tmp_path):
     (["--paths", "many"], "paths must be one of multi, single"),
     (["--rules-per-item", "1,3"], "needs n_verbs >= 6"),       # multi-path worlds need spare verbs
     (["--goal-min-plan", "0"], "must be positive"),
+    (["--horizon-bins", "1-5,7-8,9-13"], "three adjacent ranges"),
+    (["--horizon-bins", "1-5,x"], "plan-length ranges"),
 ])
 def test_contradictory_knobs_are_one_line_exit_2(tmp_path, args, message):
     res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), *args, cwd=Path(__file__).parents[1])
@@ -250,3 +252,13 @@ def test_malformed_domain_file_is_one_line_exit_2(tmp_path):
     res = run_cli("--domain", str(tmp_path / "bad.json"), "--scale", "tiny", "--data-dir", str(tmp_path / "d"),
                   cwd=Path(__file__).parents[1])
     assert res.returncode == 2 and "lacks fields" in res.stderr and not (tmp_path / "d").exists()
+
+
+def test_horizon_bins_are_a_corpus_setting(tmp_path):
+    cfg = CorpusConfig.from_scale("tiny", horizon_bins=((1, 4), (5, 9), (10, 14)), **SMALL)
+    assert cfg.name.endswith("bins1to4-5to9-10to14")
+    write_corpus(cfg, tmp_path / "x", workers=1, progress=False)
+    rows = [r for s in ("pretrain", "test_id", "test_ood") for r in load_rows(tmp_path / "x" / f"{s}.jsonl")]
+    lengths = {b: {r["horizon"] for r in rows if r["difficulty"] == b} for b in ("short", "mid", "long")}
+    assert max(lengths["short"]) <= 4 and lengths["mid"] <= set(range(5, 10)) and 14 >= max(lengths["long"]) >= 10
+    assert CorpusConfig.from_dict(json.loads((tmp_path / "x" / "config.json").read_text())) == cfg
