@@ -53,6 +53,8 @@ class PosttrainConfig:
     process_weight: float = 0.0      # weight of the solver's step-level process advantage (0: off)
     # opd family
     topk: int = 100                  # 0: full-vocabulary reverse KL
+    topk_support: str = "teacher"    # teacher | student | union: whose top-k tokens the KL is taken on
+    topk_estimator: str = "tail"     # tail (support + one bucket for the rest: >= 0, <= full KL) | renormalized | truncated
     # turnopd
     probe_interval: int = 8
     probe_warmup: int = 3
@@ -95,6 +97,10 @@ class PosttrainConfig:
                 raise UsageError(f"{name} must be positive")
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
+        from posttrain.losses import TOPK_ESTIMATORS, TOPK_SUPPORTS
+        if self.topk_support not in TOPK_SUPPORTS or self.topk_estimator not in TOPK_ESTIMATORS:
+            raise UsageError(f"topk_support must be one of {', '.join(TOPK_SUPPORTS)} and topk_estimator one of "
+                             f"{', '.join(TOPK_ESTIMATORS)}")
         if self.topk < 0 or self.lr <= 0:
             raise UsageError("topk must be >= 0 and lr > 0")
         comma_list(self.difficulties, DIFFICULTIES, "difficulties")

@@ -43,11 +43,15 @@ __all__ = [
     "token_entropy",
     "reverse_kl_full",
     "student_topk_indices",
+    "topk_indices",
     "teacher_topk_logprobs",
+    "TOPK_SUPPORTS",
+    "TOPK_ESTIMATORS",
     "reverse_kl_topk",
     "masked_token_mean",
     "turn_weights",
     "weighted_episode_mean",
+    "turnopd_loss",
     "alpha_at",
 ]
 
@@ -285,17 +289,20 @@ def reverse_kl_full(student_logits: Tensor, teacher_logits: Tensor, agent_mask: 
     return _scatter_rows(mask, kl)
 
 
+TOPK_SUPPORTS = ("teacher", "student", "union")
+TOPK_ESTIMATORS = ("tail", "renormalized", "truncated")
+
+
 @torch.no_grad()
 def student_topk_indices(student_logits: Tensor, k: int) -> Tensor:
-    """Vocabulary ids of the student's k most likely tokens at every position ``[B, T, k]``.
-
-    This is the set a top-k reverse KL is evaluated on: reverse KL is an expectation under the
-    *student*, so the student's high-probability tokens are the terms that dominate it. The
-    trainer sends these ids to the teacher, which answers with ``teacher_topk_logprobs``.
-    """
+    """Vocabulary ids of the k most likely tokens at every position ``[B, T, k]`` (of the student,
+    or of any logits passed in: the teacher's, for a teacher-side support)."""
     if not 1 <= k <= student_logits.shape[-1]:
         raise ValueError(f"k={k} must lie in [1, vocab size {student_logits.shape[-1]}]")
     return torch.topk(student_logits, k, dim=-1).indices
+
+
+topk_indices = student_topk_indices
 
 
 @torch.no_grad()
@@ -304,46 +311,87 @@ def teacher_topk_logprobs(teacher_logits: Tensor, indices: Tensor) -> Tensor:
     return F.log_softmax(_float(teacher_logits), dim=-1).gather(-1, indices)
 
 
+def _log1mexp(x: Tensor) -> Tensor:
+    """log(1 - exp(x)) for x <= 0, accurate at both ends; -inf at x = 0."""
+    x = x.clamp(max=0.0)
+    return torch.where(x > -0.6931, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+_OFF = -1e4   # "log 0" that stays finite: exp() is exactly 0, and no inf - inf in any gradient
+
+
+def _tail_term(lp_tail: Tensor, lq_tail: Tensor) -> Tensor:
+    """P (log P - log Q) of the bucket outside the support (0 when the tail is empty)."""
+    lp_tail, lq_tail = lp_tail.clamp(min=_OFF), lq_tail.clamp(min=_OFF)
+    return lp_tail.exp() * (lp_tail - lq_tail)
+
+
 def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
                     teacher_logits: Optional[Tensor] = None, teacher_indices: Optional[Tensor] = None,
-                    teacher_logprobs: Optional[Tensor] = None, renormalize: bool = True) -> Tensor:
-    """Top-k reverse KL(student || teacher) per token ``[B, T]``, on the student's top-k set S.
+                    teacher_logprobs: Optional[Tensor] = None, support: str = "teacher",
+                    estimator: str = "tail") -> Tensor:
+    """Top-k reverse KL(student || teacher) per token ``[B, T]`` on a support S of k tokens.
 
-    The teacher is given either as full ``teacher_logits`` (S is then the student's top-k,
-    computed here) or as ``teacher_indices``/``teacher_logprobs`` ``[B, T, k]`` -- the student's
-    top-k ids and the teacher's full-vocabulary log-probs at them (``k`` is then taken from
-    the indices). Selecting S is not differentiated; gradients flow through the student's
-    log-probs on S.
+    ``support``: the teacher's top-k (TurnOPD's Table 7: "the teacher's top-K support"), the
+    student's top-k, or their union.  ``estimator``:
 
-    ``renormalize=True`` (default): both distributions are restricted to S and renormalised,
-    ``sum_{v in S} p^(v) (log p^(v) - log q^(v))`` with ``p^ = p / p(S)``, ``q^ = q / q(S)``. This
-    is a true KL between two distributions on S: >= 0, and 0 iff they agree on S; gradients
-    only touch the k selected logits. ``renormalize=False``: the truncated sum
-    ``sum_{v in S} p(v) (log p(v) - log q(v))`` with full-vocabulary probabilities; it is the
-    first k terms of the exact KL, approaches it as k -> V, but can be *negative* when the
-    teacher gives S more mass than the student (one reason per-turn KL is clipped at 0 by the
-    TurnOPD controller). In that mode ``teacher_logprobs`` must be normalised over the full
-    vocabulary. With k = V both modes equal ``reverse_kl_full``.
+    * ``tail`` (default): S plus one *tail bucket* for all the mass outside S,
+      ``sum_{v in S} p(v) log(p(v)/q(v)) + P_out log(P_out/Q_out)``.  It is the exact KL between
+      the two distributions coarsened to S + tail, so it is >= 0, at most the full KL, equal to
+      it when k = V, and it sees disagreement outside S: a student that puts its mass where the
+      teacher's top-k is not pays for it (with ``renormalized`` on the student's own top-k such a
+      student can have loss and gradient exactly 0 while the true KL is large).  Gradients reach
+      every logit through P_out.
+    * ``renormalized``: both distributions restricted to S and renormalised (a KL on S; blind
+      outside S).
+    * ``truncated``: the first terms of the exact sum, full-vocabulary probabilities on S and no
+      tail; can be negative (why TurnOPD clips per-turn K_t at 0).
+
+    The teacher is given as full ``teacher_logits``, or as ``teacher_indices`` /
+    ``teacher_logprobs`` ``[B, T, k]``: ids chosen by the caller (``support`` is then theirs) and
+    the teacher's full-vocabulary log-probs at them (its tail is 1 - their mass).  The support
+    choice is not differentiated; the teacher is detached.
     """
+    if support not in TOPK_SUPPORTS:
+        raise ValueError(f"support must be one of {', '.join(TOPK_SUPPORTS)}, not {support!r}")
+    if estimator not in TOPK_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {', '.join(TOPK_ESTIMATORS)}, not {estimator!r}")
     mask = _bool(agent_mask)
     s = _float(student_logits[mask])
+    ls_full = F.log_softmax(s, dim=-1)
     if teacher_logits is not None:
         if teacher_indices is not None or teacher_logprobs is not None:
             raise ValueError("give the teacher either as logits or as (indices, logprobs), not both")
-        idx = student_topk_indices(s, k)
-        lt = F.log_softmax(_float(teacher_logits.detach()[mask]), dim=-1).gather(-1, idx)
-    else:
-        if teacher_indices is None or teacher_logprobs is None:
-            raise ValueError("teacher needs logits or both teacher_indices and teacher_logprobs")
-        idx = teacher_indices[mask]
-        lt = _float(teacher_logprobs.detach()[mask])
-    lt = lt.to(s.dtype)
-    if renormalize:
-        ls = F.log_softmax(s.gather(-1, idx), dim=-1)
-        lt = F.log_softmax(lt, dim=-1)
-    else:
-        ls = F.log_softmax(s, dim=-1).gather(-1, idx)
+        lt_full = F.log_softmax(_float(teacher_logits.detach()[mask]), dim=-1).to(s.dtype)
+        in_s = torch.zeros_like(s, dtype=torch.bool)
+        if support in ("student", "union"):
+            in_s.scatter_(-1, topk_indices(s.detach(), k), True)
+        if support in ("teacher", "union"):
+            in_s.scatter_(-1, topk_indices(lt_full, k), True)
+        off = torch.full_like(s, _OFF)
+        if estimator == "renormalized":
+            ls = F.log_softmax(torch.where(in_s, s, off), dim=-1)
+            lt = F.log_softmax(torch.where(in_s, lt_full, off), dim=-1)
+            kl = torch.where(in_s, ls.exp() * (ls - lt), torch.zeros_like(s))
+            return _scatter_rows(mask, kl.sum(-1))
+        inner = torch.where(in_s, ls_full.exp() * (ls_full - lt_full), torch.zeros_like(s)).sum(-1)
+        if estimator == "tail":
+            inner = inner + _tail_term(torch.logsumexp(torch.where(in_s, off, ls_full), -1),
+                                       torch.logsumexp(torch.where(in_s, off, lt_full), -1))
+        return _scatter_rows(mask, inner)
+    if teacher_indices is None or teacher_logprobs is None:
+        raise ValueError("teacher needs logits or both teacher_indices and teacher_logprobs")
+    idx = teacher_indices[mask]
+    lt = _float(teacher_logprobs.detach()[mask]).to(s.dtype)
+    if estimator == "renormalized":
+        ls, lt = F.log_softmax(s.gather(-1, idx), dim=-1), F.log_softmax(lt, dim=-1)
+        return _scatter_rows(mask, (ls.exp() * (ls - lt)).sum(-1))
+    ls = ls_full.gather(-1, idx)
     kl = (ls.exp() * (ls - lt)).sum(-1)
+    if estimator == "tail":
+        out = torch.ones_like(s, dtype=torch.bool).scatter(-1, idx, False)
+        lp_tail = torch.logsumexp(torch.where(out, ls_full, torch.full_like(s, _OFF)), -1)
+        kl = kl + _tail_term(lp_tail, _log1mexp(torch.logsumexp(lt, -1)))
     return _scatter_rows(mask, kl)
 
 
@@ -391,6 +439,22 @@ def weighted_episode_mean(per_token: Tensor, token_weights: Tensor, num_episodes
     fallback = (token_weights > 0).any(dim=1).sum()
     total = contrib.sum()
     return total / _denominator(num_episodes, fallback, total)
+
+
+def turnopd_loss(per_token: Tensor, turn_index: Tensor, agent_mask: Tensor, alpha: float,
+                 total_agent_tokens: Count = None, num_episodes: Count = None) -> Tensor:
+    """TurnOPD's progressive loss: ``(1 - alpha) * L_traj + alpha * L_turn``.
+
+    ``L_traj`` is vanilla OPD's reduction (the batch-global agent-token mean), so alpha = 0 is
+    *exactly* vanilla OPD on the same batch and the blend ablation changes one thing only.
+    ``L_turn`` gives every episode the same share and, within it, every turn the same share
+    (`turn_weights` at alpha = 1).  Both denominators are the whole optimiser batch's counts.
+    """
+    traj = masked_token_mean(per_token, agent_mask, total_agent_tokens)
+    if alpha == 0.0:
+        return traj
+    turn = weighted_episode_mean(per_token, turn_weights(turn_index, agent_mask, 1.0, per_token.dtype), num_episodes)
+    return (1.0 - alpha) * traj + alpha * turn
 
 
 def alpha_at(step: int, total_steps: int, start: float = 0.0, end: float = 1.0) -> float:

@@ -93,6 +93,24 @@ def test_logprobs_equal_one_teacher_forced_pass(assets):
     assert (batch["sample_logprobs"] - batch["logprobs"])[mask].abs().max() > 1e-3
 
 
+def test_trainer_targets_are_exactly_the_policy_tokens(assets):
+    """The loss mask of the trainers (`next_token_records`): under it, the targets are the
+    generated tokens, each once, and the model's teacher-forced log-prob at each equals the
+    recorded one.  A mask shifted by one position fails both."""
+    from posttrain.train import next_token_records
+    ro, _ = play(assets, script=gold_script(assets, sample_every=3), temperature=0.7, top_p=0.9)
+    batch = ro.batch(assets["special"].pad)
+    rec = next_token_records(batch)
+    m = rec["mask"].bool()
+    for i, e in enumerate(ro.episodes):
+        generated = [t for t, keep in zip(e.ids, e.mask) if keep]
+        assert rec["targets"][i][m[i]].tolist() == generated
+    with torch.no_grad():
+        logits = assets["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], -1).gather(2, rec["targets"][..., None]).squeeze(2)
+    assert (lp - rec["old"])[m].abs().max() < 1e-4 and m.sum() > 200
+
+
 def test_sample_logprob_is_raw_logprob_at_temperature_one(assets):
     ro, _ = play(assets, n=3, temperature=1.0, top_p=1.0, step_limit=2)
     for e in ro.episodes:
