@@ -73,13 +73,16 @@ def check_same_vocabulary(student_tok, teacher_tok, student_model, teacher_model
                          f"teacher {teacher_model.config.vocab_size}")
 
 
-def process_rewards(tasks: list, episodes: list, solvers: dict):
-    """[B, K] step rewards from the solver: 1 where a turn shortened the remaining shortest plan."""
+def process_rewards(tasks: list, episodes: list, solvers: dict, num_turns: int = 0):
+    """[B, K] step rewards from the solver: 1 where a turn shortened the remaining shortest plan.
+
+    K covers ``num_turns`` (the batch's largest turn index + 1: a turn cut by the token budget
+    has an index but no action, and gets 0) and every episode's turns."""
     import torch
 
     from planning_gym.env import apply_action
     from planning_gym.solver import Solver
-    k = max((e.n_turns for e in episodes), default=0)
+    k = max([num_turns] + [e.n_turns for e in episodes])
     out = torch.zeros(len(episodes), max(k, 1))
     for b, ((world, task), ep) in enumerate(zip(tasks, episodes)):
         solver = solvers.setdefault(id(world), Solver(world))
@@ -227,7 +230,7 @@ class Trainer:
             outcome = losses.grpo_advantages(batch["reward"], groups, cfg.scale_by_std)
             process = None
             if cfg.process_weight:
-                rewards = process_rewards(tasks, ro.episodes, self.solvers)
+                rewards = process_rewards(tasks, ro.episodes, self.solvers, int(turn.max()) + 1)
                 process = losses.process_advantages(rewards, turn, mask, groups, cfg.scale_by_std)
             advantages = losses.combine_advantages(outcome, mask, turn, process, cfg.process_weight)
             t_score += time.perf_counter() - t1

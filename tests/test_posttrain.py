@@ -259,3 +259,27 @@ def test_bench_update_counts_the_padding_it_saves(tmp_path):
     assert r["real_tokens"] == 200 and r["padded_tokens"] == 320 and r["real_tokens"] <= r["cut_tokens"] < 320
     assert r["padded_s"] > 0 and r["cut_s"] > 0
     assert bench(["--min-len", "90", "--max-len", "10"]) == 2
+
+
+def test_process_reward_handles_a_turn_cut_by_the_token_budget():
+    """Regression: a turn cut by the token budget has turn_index == n_turns but no action; the
+    step-reward tensor must cover it (it used to be sized by n_turns and process_advantages raised)."""
+    from planning_gym.config import scale_graph
+    from planning_gym.solver import Solver
+    from planning_gym.world import World
+    from posttrain import losses
+    from posttrain.rollout import Episode
+    from posttrain.train import process_rewards
+    world = World.build("fa", scale_graph("tiny"), 0)
+    from planning_gym.tasks import TaskSampler
+    task = TaskSampler(world, 0).sample("t", "mid", 1, held_out=False)[0]
+    goal = task.goal
+    gold = Solver(world).gold_plan(goal, dict(task.inventory))
+    episodes = [Episode(0, "fa", world.names[goal], actions=gold[:2], turns=["a", "b"]),
+                Episode(1, "fa", world.names[goal], actions=gold[:1], turns=["a"])]
+    turn = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 0, 1, -1, -1, -1]])       # episode 0's turn 2 was cut
+    mask = (turn >= 0).long()
+    rewards = process_rewards([(world, task)] * 2, episodes, {}, int(turn.max()) + 1)
+    assert rewards.shape == (2, 3) and rewards[0, :2].tolist() == [1.0, 1.0] and rewards[0, 2] == 0
+    adv = losses.process_advantages(rewards, turn, mask, torch.tensor([0, 0]))
+    assert adv.shape == (2, 3) and torch.isfinite(adv).all()
