@@ -45,7 +45,11 @@ class PosttrainConfig:
     max_turn_tokens: int = 192
     step_limit: int = 20
     rollout_batch: int = 64          # episodes in flight in the rollout engine
+    entropy_coef: float = 0.0        # entropy bonus (any method; 0: off)
+    ppo_epochs: int = 1              # passes over each rollout batch
+    ppo_mini_batches: int = 1        # optimiser steps per pass (the PPO clip acts from the second on)
     # grpo
+    loss_agg: str = "seq-mean-token-mean"   # GRPO | token-mean (DAPO) | seq-mean-token-sum-norm (Dr. GRPO)
     clip_eps: float = 0.2
     scale_by_std: bool = True
     kl_coef: float = 0.0             # KL to the start model (0: off)
@@ -98,6 +102,11 @@ class PosttrainConfig:
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
         from posttrain.losses import TOPK_ESTIMATORS, TOPK_SUPPORTS
+        from posttrain.objectives import LOSS_AGGREGATIONS
+        if self.loss_agg not in LOSS_AGGREGATIONS:
+            raise UsageError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, not {self.loss_agg!r}")
+        if self.ppo_epochs < 1 or self.ppo_mini_batches < 1 or self.entropy_coef < 0:
+            raise UsageError("ppo_epochs and ppo_mini_batches must be positive and entropy_coef >= 0")
         if self.topk_support not in TOPK_SUPPORTS or self.topk_estimator not in TOPK_ESTIMATORS:
             raise UsageError(f"topk_support must be one of {', '.join(TOPK_SUPPORTS)} and topk_estimator one of "
                              f"{', '.join(TOPK_ESTIMATORS)}")
@@ -121,7 +130,8 @@ _PRESETS = {
     "paper": dict(steps=75, tasks_per_step=32, group_size=8, lr=1e-5, micro_batch=16, rollout_batch=256,
                   eval_every=25, eval_tasks_per_cell=160, ckpt_every=25),
 }
-_METHOD_DEFAULTS = {"turnopd": dict(topk=50)}
+# GRPO takes two optimiser steps per rollout batch, so the second is off-policy and the clip acts.
+_METHOD_DEFAULTS = {"turnopd": dict(topk=50), "grpo": dict(ppo_mini_batches=2)}
 
 
 def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:

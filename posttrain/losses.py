@@ -358,6 +358,7 @@ def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
         raise ValueError(f"estimator must be one of {', '.join(TOPK_ESTIMATORS)}, not {estimator!r}")
     mask = _bool(agent_mask)
     s = _float(student_logits[mask])
+    k = min(k, s.shape[-1])                  # k >= V: the support is the whole vocabulary
     ls_full = F.log_softmax(s, dim=-1)
     if teacher_logits is not None:
         if teacher_indices is not None or teacher_logprobs is not None:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from posttrain.config import METHODS, PosttrainConfig, make_config
+from posttrain.objectives import OBJECTIVES, MicroBatch, target_logp, update_batches
 from pretrain.config import UsageError, parse_set, resolve_scale
 
 
@@ -120,14 +121,14 @@ class Trainer:
         if not (self.data / "posttrain.jsonl").is_file():
             raise UsageError(f"corpus {self.data} has no posttrain.jsonl (pass --data)")
         self.teacher = None
-        if cfg.method != "grpo":
+        if OBJECTIVES[cfg.method].needs_teacher:
             if teacher_dir is None:
                 raise UsageError(f"--method {cfg.method} needs --teacher")
             self.teacher, teacher_tok, _ = load_model_and_tokenizer(run_dir=teacher_dir)
             check_same_vocabulary(self.tokenizer, teacher_tok, self.model, self.teacher)
             self.teacher.eval().requires_grad_(False)
         self.reference = None
-        if cfg.method == "grpo" and cfg.kl_coef > 0:
+        if OBJECTIVES[cfg.method](cfg).needs_reference:
             self.reference, _, _ = load_model_and_tokenizer(run_dir=student_dir)
             self.reference.eval().requires_grad_(False)
         worlds = load_worlds(self.data)
@@ -223,65 +224,58 @@ class Trainer:
         rec = next_token_records(batch)
         mask, turn, old = rec["mask"], rec["turn"], rec["old"]
         n_tokens, n_eps = int(mask.sum()), ids.shape[0]
-        advantages = None
-        t_score = 0.0
-        if cfg.method == "grpo":
-            t1 = time.perf_counter()
-            outcome = losses.grpo_advantages(batch["reward"], groups, cfg.scale_by_std)
-            process = None
-            if cfg.process_weight:
-                rewards = process_rewards(tasks, ro.episodes, self.solvers, int(turn.max()) + 1)
-                process = losses.process_advantages(rewards, turn, mask, groups, cfg.scale_by_std)
-            advantages = losses.combine_advantages(outcome, mask, turn, process, cfg.process_weight)
-            t_score += time.perf_counter() - t1
+        objective = OBJECTIVES[cfg.method](cfg)
+        t1 = time.perf_counter()
+        step_rewards = None
+        if cfg.method == "grpo" and cfg.process_weight:
+            step_rewards = process_rewards(tasks, ro.episodes, self.solvers, int(turn.max()) + 1)
+        advantages = objective.advantages(batch, rec, groups, step_rewards)
+        t_score = time.perf_counter() - t1
         alpha = losses.alpha_at(self.step, cfg.steps)
 
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        t_update, total_loss, ent_sum = 0.0, 0.0, 0.0
+        t_update, total_loss, ent_sum, grad_norm, clipped, n_updates = 0.0, 0.0, 0.0, 0.0, 0.0, 0
         per_token_kl = torch.zeros(mask.shape)
-        for rows, length in micro_batches(attn.sum(1), cfg.micro_batch):
-            mb_ids, mb_attn, targets = ids[rows, :length], attn[rows, :length], ids[rows, 1:length, None]
-            sl = (rows, slice(0, length - 1))      # this micro-batch's cells of the [B, T-1] records
-            teacher_logits = ref_logp = None
-            t1 = time.perf_counter()
-            with torch.no_grad():
-                if self.teacher is not None:   # one forward pass per episode, never per turn
-                    teacher_logits = self.teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
-                if self.reference is not None:
-                    ref = self.reference(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
-                    ref_logp = torch.log_softmax(ref.float(), -1).gather(-1, targets).squeeze(-1)
-            t_score += time.perf_counter() - t1
-            t1 = time.perf_counter()
-            logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
-            m = mask[sl]
-            if cfg.method == "grpo":
-                logp = torch.log_softmax(logits.float(), -1).gather(-1, targets).squeeze(-1)
-                loss = losses.policy_gradient_loss(logp, old[sl], advantages[sl], m, cfg.clip_eps, n_tokens)
-                if ref_logp is not None:
-                    kl_tok = losses.kl_to_reference_per_token(logp, ref_logp, m, cfg.kl_estimator)
-                    loss = loss + cfg.kl_coef * losses.masked_token_mean(kl_tok, m, n_tokens)
-                    per_token_kl[sl] = kl_tok.detach()
-            else:
-                if cfg.topk:
-                    kl_tok = losses.reverse_kl_topk(logits, m, cfg.topk, teacher_logits=teacher_logits,
-                                                    support=cfg.topk_support, estimator=cfg.topk_estimator)
-                else:
-                    kl_tok = losses.reverse_kl_full(logits, teacher_logits, m)
-                per_token_kl[sl] = kl_tok.detach()
-                if cfg.method == "turnopd" and cfg.turn_blend:
-                    loss = losses.turnopd_loss(kl_tok, turn[sl], m, alpha, n_tokens, n_eps)
-                else:
-                    loss = losses.masked_token_mean(kl_tok, m, n_tokens)
-            loss.backward()
-            total_loss += float(loss.detach())
-            ent_sum += float(losses.token_entropy(logits.detach(), m).sum())
-            t_update += time.perf_counter() - t1
-        t1 = time.perf_counter()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
-        self.optimizer.step()
-        self.scheduler.step()
-        t_update += time.perf_counter() - t1
+        for epoch in range(cfg.ppo_epochs):
+            for part in update_batches(n_eps, cfg.ppo_mini_batches, rng):
+                part = torch.tensor(part)
+                part_tokens = int(mask[part].sum())
+                self.optimizer.zero_grad(set_to_none=True)
+                for sub, length in micro_batches(attn[part].sum(1), cfg.micro_batch):
+                    rows = part[sub]
+                    mb_ids, mb_attn = ids[rows, :length], attn[rows, :length]
+                    sl = (rows, slice(0, length - 1))      # this micro-batch's cells of the [B, T-1] records
+                    t1 = time.perf_counter()
+                    teacher_logits = ref_logp = None
+                    with torch.no_grad():
+                        if self.teacher is not None:   # one forward pass per episode, never per turn
+                            teacher_logits = self.teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                        if self.reference is not None:
+                            ref = self.reference(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                            ref_logp = target_logp(ref, rec["targets"][sl])
+                    t_score += time.perf_counter() - t1
+                    t1 = time.perf_counter()
+                    logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                    mb = MicroBatch(logits, rec["targets"][sl], mask[sl], turn[sl], old[sl],
+                                    None if advantages is None else advantages[sl], teacher_logits, ref_logp,
+                                    part_tokens, len(part), alpha)
+                    loss, divergence = objective.loss(mb)
+                    loss.backward()
+                    if epoch == 0:
+                        total_loss += float(loss.detach()) / cfg.ppo_mini_batches
+                        ent_sum += float(losses.token_entropy(logits.detach(), mb.mask).sum())
+                        if divergence is not None:
+                            per_token_kl[sl] = divergence
+                    if advantages is not None:
+                        clipped += losses.clip_fraction(target_logp(logits.detach(), mb.targets), mb.old_logp,
+                                                        mb.mask, cfg.clip_eps) * int(mb.mask.sum())
+                    t_update += time.perf_counter() - t1
+                t1 = time.perf_counter()
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+                self.optimizer.step()
+                self.scheduler.step()
+                n_updates += 1
+                t_update += time.perf_counter() - t1
 
         if probe:
             stats = probe_statistics(per_token_kl, turn, mask)
@@ -295,6 +289,8 @@ class Trainer:
                 "entropy": ent_sum / max(n_tokens, 1), "reward": float(batch["reward"].mean()),
                 "success": float(batch["success"].float().mean()), "depth": float(batch["n_turns"].float().mean()),
                 "cap": cap, "probe": probe, "alpha": alpha if cfg.method == "turnopd" else None,
+                "updates": n_updates, "clip_frac": (clipped / max(1, n_tokens * cfg.ppo_epochs)
+                                                    if advantages is not None else None),
                 "agent_tokens": n_tokens, "episodes": n_eps, "grad_norm": grad_norm,
                 "rollout_s": t_rollout, "scoring_s": t_score, "update_s": t_update, "train_wall_s": self.train_wall}
 
