@@ -142,6 +142,10 @@ class CorpusConfig:
                 or any(lo > hi for lo, hi in bins) or any(bins[k][1] + 1 != bins[k + 1][0] for k in range(2)):
             raise ConfigError(f"horizon_bins must be three adjacent ranges short, mid, long from 1 up, "
                               f"like 1-5,6-8,9-13; got {self.horizon_bins}")
+        from .env import EVAL_STEP_LIMIT
+        if bins[-1][1] > EVAL_STEP_LIMIT:
+            raise ConfigError(f"the longest bin ends at {bins[-1][1]} steps, beyond the {EVAL_STEP_LIMIT}-step limit "
+                              f"of evaluation: such tasks cannot be solved")
         if self.goal_min_plan < 1 or self.defect_every < 1:
             raise ConfigError("goal_min_plan and defect_every must be positive")
         if not self.recipe or not self.recipe.isalnum():

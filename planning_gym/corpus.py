@@ -2,9 +2,10 @@
 
 Order of work (each step is deterministic given the config):
   1. build one world per domain (same abstract graph, different names and verbs);
-  2. draw ``test_id`` first, then the training pools (no test task, no test gold plan, no
-     reserved (goal, item) pair), then ``test_ood`` from tasks whose every shortest plan makes a
-     reserved item and fires only rules the training rows use (`tasks.py` says why);
+  2. draw the training pools (no reserved (goal, item) pair), then ``test_id`` (new tasks; in
+     the mid and long bins none solved by a training gold plan run from its start inventory)
+     and ``test_ood`` (every shortest plan makes a reserved item and fires only rules the
+     training rows use); `tasks.py` says why;
   3. render every row (pattern, chain of thought) and replay it through the environment —
      rows are independent, so this runs in several processes with identical output;
   4. assert the split invariants, then write rules, JSONL, Parquet, statistics and a card into
@@ -26,7 +27,7 @@ from .env import Task
 from .patterns import OPTIMAL, mixture_weights
 from .rng import stream
 from .solver import Solver
-from .tasks import BINS, TaskSampler
+from .tasks import BINS, TaskSampler, TrainingPlans
 from .trajectory import build_row, task_of_row, verify_row
 from .world import World
 
@@ -43,7 +44,7 @@ def code_fingerprint() -> str:
     import hashlib
     root = Path(__file__).parent
     h = hashlib.sha256()
-    readers = {"baselines.py", "bench.py", "reference_env.py", "gym_env.py", "make_data.py"}   # write no rows
+    readers = {"bench.py", "reference_env.py", "gym_env.py", "make_data.py"}   # write nothing into a corpus
     for f in sorted([*root.glob("*.py"), *root.glob("domains/*.json")]):
         if f.name in readers:
             continue
@@ -65,26 +66,27 @@ def sample_pools(cfg: CorpusConfig, world: World) -> dict[str, list[tuple[str, T
     """(bin, task) lists per split.  Depends only on structure and seeds, not on the domain."""
     sampler = make_sampler(cfg, world)
     pools: dict[str, list[tuple[str, Task]]] = {s: [] for s in SPLITS}
-    for b in BINS:
-        pools["test_id"] += [(b, t) for t in sampler.sample("test_id", b, cfg.n_test_per_bin, held_out=False)]
-    test_keys = {t.key for _, t in pools["test_id"]}
-    test_plans = {tuple(sampler.solver.gold_plan(t.goal, dict(t.inventory))) for _, t in pools["test_id"]}
     for b, pct in zip(BINS, cfg.horizon_mix):
         n = round(cfg.n_pretrain_per_bin * pct / 100)
         if n:
-            pools["pretrain"] += [(b, t) for t in sampler.sample("pretrain", b, n, held_out=False, exclude=test_keys,
-                                                                  exclude_plans=test_plans, unique=False)]
+            pools["pretrain"] += [(b, t) for t in sampler.sample("pretrain", b, n, held_out=False, unique=False)]
         if cfg.n_posttrain_per_bin:
             pools["posttrain"] += [(b, t) for t in sampler.sample("posttrain", b, cfg.n_posttrain_per_bin,
-                                                                   held_out=False, exclude=test_keys,
-                                                                   exclude_plans=test_plans, unique=False)]
-    trained = set()
+                                                                   held_out=False, unique=False)]
+    trained, plans = set(), TrainingPlans(sampler.taught)
     for split in ("pretrain", "posttrain"):
         for _, t in pools[split]:
             trained |= sampler.gold_rules(t)
+            plans.add(t.goal, sampler.solver.gold_plan(t.goal, dict(t.inventory)))
+    train_keys = {t.key for split in ("pretrain", "posttrain") for _, t in pools[split]}
     for b in BINS:
+        # short tasks are one to five steps from the goal: few distinct plans exist, so they are
+        # only required to be new tasks; mid and long ones must be new to every training plan
+        novel = None if b == "short" else plans
+        pools["test_id"] += [(b, t) for t in sampler.sample("test_id", b, cfg.n_test_per_bin, held_out=False,
+                                                             exclude=train_keys, novel_to=novel)]
         pools["test_ood"] += [(b, t) for t in sampler.sample("test_ood", b, cfg.n_test_per_bin, held_out=True,
-                                                              allowed_rules=trained)]
+                                                              exclude=train_keys, allowed_rules=trained)]
     return pools
 
 
@@ -151,16 +153,19 @@ def _craft_multiset(world: World, actions) -> tuple:
 def check_splits(cfg: CorpusConfig, worlds: dict[str, World], rows: dict[str, list[dict]]) -> None:
     """The split contract, checked on the rows themselves:
 
-    * no test task in a training pool; no ``test_id`` gold plan is a training gold plan;
+    * no test task in a training pool; no mid or long ``test_id`` task has a training gold plan
+      as its gold plan, or one that runs from its start inventory without an error;
     * every ``test_ood`` task is held out, and no shortest plan of it (up to action order) is
       the gold plan of a training row, while every rule its shortest plans fire is used by one;
     * no training or ``test_id`` task is held out."""
     samplers = {d: make_sampler(cfg, w) for d, w in worlds.items()}
     train_tasks, train_plans, train_multisets, train_actions = set(), set(), set(), set()
+    indexes = {d: TrainingPlans(s.taught) for d, s in samplers.items()}
     for split in ("pretrain", "posttrain"):
         for row in rows[split]:
             d, world = row["domain"], worlds[row["domain"]]
             task = task_of_row(world, row)
+            indexes[d].add(task.goal, row["gold_actions"])
             if samplers[d].status(task)[0] != "id":
                 raise SplitLeakError(f"{row['id']}: a held-out (or ambiguous) task appears in the {split} pool")
             train_tasks.add((d, task.key))
@@ -176,8 +181,9 @@ def check_splits(cfg: CorpusConfig, worlds: dict[str, World], rows: dict[str, li
             if sampler.status(task)[0] != ("ood" if split == "test_ood" else "id"):
                 raise SplitLeakError(f"{row['id']}: {split} row with the wrong hold-out status")
             if split == "test_id":
-                if (d, tuple(row["gold_actions"])) in train_plans:
-                    raise SplitLeakError(f"{row['id']}: a test_id gold plan is a training gold plan")
+                if row["difficulty"] != "short" and ((d, tuple(row["gold_actions"])) in train_plans
+                                                     or indexes[d].covers(task)):
+                    raise SplitLeakError(f"{row['id']}: a training gold plan solves this test_id task")
                 continue
             taught = sampler.taught
             for alloc in sampler.solver.optimal_allocations(task.goal, dict(task.inventory)):

@@ -41,9 +41,9 @@ ENV_IDS = {"fa": "planning_gym/FA-v0", "lf": "planning_gym/LF-v0", "ea": "planni
 _POOL = "gym"          # the task stream's pool name; each reset adds a number drawn from np_random
 
 
-def _sample_task(sampler: TaskSampler, pool: str, bin_name: str) -> Task:
+def _sample_task(sampler: TaskSampler, pool: str, bin_name: str, exclude: set) -> Task:
     """One in-distribution task of ``bin_name`` (the single place that knows `TaskSampler.sample`)."""
-    return sampler.sample(pool, bin_name, 1, held_out=False)[0]
+    return sampler.sample(pool, bin_name, 1, held_out=False, exclude=exclude)[0]
 
 
 class PlanningGymEnv(gymnasium.Env):
@@ -53,12 +53,17 @@ class PlanningGymEnv(gymnasium.Env):
     (``tiny`` | ``small`` | ``paper``); ``difficulty``: ``short`` | ``mid`` | ``long``, or None for
     a bin drawn per reset among those this world has tasks for; ``max_steps``: the step limit
     (truncation); ``seed``: the world seed (graph structure and names), not the task seed.
+    The world is the corpus default (multi-path, terse errors).  Tasks come from the training
+    distribution (never an OOD task); ``exclude_corpus`` (a corpus folder of the same world)
+    keeps that corpus's ``test_id`` tasks out too, so training on this environment and testing
+    on that corpus do not share a task.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, domain: str = "fa", scale: str = "tiny", difficulty: str | None = None,
-                 max_steps: int = EVAL_STEP_LIMIT, seed: int = 0, render_mode: str | None = None):
+                 max_steps: int = EVAL_STEP_LIMIT, seed: int = 0, render_mode: str | None = None,
+                 exclude_corpus: str | None = None):
         if scale not in SCALES:
             raise ValueError(f"unknown scale '{scale}' (choose from {', '.join(SCALES)})")
         if difficulty is not None and difficulty not in BINS:
@@ -69,9 +74,18 @@ class PlanningGymEnv(gymnasium.Env):
             raise ValueError(f"unknown render_mode '{render_mode}' (choose from ansi, or None)")
         self.domain, self.scale, self.difficulty = domain, scale, difficulty
         self.max_steps, self.world_seed, self.render_mode = max_steps, seed, render_mode
-        self.world = World.build(domain, scale_graph(scale), seed)
+        self.world = World.build(domain, scale_graph(scale), seed, paths="multi")
         self.env = PlanningEnv(self.world, max_steps=max_steps)
         self.sampler = TaskSampler(self.world, seed)
+        self.excluded: set = set()
+        if exclude_corpus is not None:
+            from .corpus import read_split, read_worlds
+            from .trajectory import task_of_row
+            worlds = read_worlds(exclude_corpus)
+            if [w.to_rules_json() for w in worlds.values()] != [self.world.to_rules_json()] * len(worlds) \
+                    or (self.world.domain, "A") not in worlds:
+                raise ValueError(f"{exclude_corpus} is not a corpus of this world ({domain}, {scale}, seed {seed})")
+            self.excluded = {task_of_row(self.world, r).key for r in read_split(exclude_corpus, "test_id")}
         self._empty_bins: set[str] = set()
 
         name_len = max(len(n) for n in self.world.names)
@@ -130,7 +144,7 @@ class PlanningGymEnv(gymnasium.Env):
             if bin_name in self._empty_bins:
                 continue
             try:
-                return _sample_task(self.sampler, pool, bin_name), bin_name
+                return _sample_task(self.sampler, pool, bin_name, self.excluded), bin_name
             except GraphConfigError:
                 if self.difficulty:
                     raise

@@ -1,6 +1,8 @@
 """Task sampling: goals, start inventories, horizons, difficulty bins and the OOD hold-out.
 
-A task's horizon is the length of its shortest plan (1-13).  Bins: short 1-5, mid 6-8,
+A task's horizon is the length of its shortest plan (1-13) with the rules of the recipe the
+corpus teaches (in a multi-path world the other recipe's rules may give shorter plans, which a
+model trained on this corpus never sees).  Bins: short 1-5, mid 6-8,
 long 9-13 (a corpus setting, ``horizon_bins``).  Tasks are drawn from the ``("tasks", recipe, pool, bin)`` stream, which does not
 depend on the domain, so fa / lf / ea get the same abstract tasks (paper Table 11 is identical
 across domains).
@@ -13,7 +15,11 @@ replaying a remembered plan.  So:
   memorised from-empty plan never fits;
 * start inventories hold intermediates of several levels: a random production tree of the
   goal is drawn and each unit in it is either held at the start or left to make, so the
-  shortest plan depends on exactly what is held, and two tasks rarely share one.
+  shortest plan depends on exactly what is held, and two tasks rarely share one;
+* `test_id`'s mid and long tasks are drawn after training and kept only if no training gold
+  plan for the goal, replayed blindly from their start, reaches the goal within the step limit
+  (`TrainingPlans`): retrieving one remembered plan never solves them.  (Short tasks are a few
+  steps from the goal and have few distinct plans; they are only required to be new tasks.)
 
 **OOD hold-out, compositional** (the paper's "a subset of item-index combinations per category
 is reserved").  A deterministic hash reserves a fraction of all (goal, intermediate item) pairs:
@@ -29,7 +35,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .env import Task
+import numpy as np
+
+from .env import EVAL_STEP_LIMIT, Task, apply_action
 from .graph import GraphConfigError
 from .rng import stream, unit_hash
 from .solver import Solver
@@ -51,6 +59,70 @@ def difficulty(horizon: int, bins: dict[str, tuple[int, int]] = BINS) -> str:
 def bins_from(ranges) -> dict[str, tuple[int, int]]:
     """``((1, 5), (6, 8), (9, 13))`` -> the named bins short / mid / long."""
     return {name: (int(lo), int(hi)) for name, (lo, hi) in zip(BINS, ranges)}
+
+
+def required_inventory(world: World, plan) -> Counter:
+    """The least start inventory from which ``plan`` runs without an error (in ``world``)."""
+    have, need = Counter(), Counter()
+    for action in plan:
+        verb, _, name = action.partition(" ")
+        item = world.index[name]
+        if verb != world.gather_verb:
+            for inp, count in world.rules[world.rule_for_action[(verb, item)][0]].inputs:
+                if have[inp] < count:
+                    need[inp] += count - have[inp]
+                    have[inp] = count
+                have[inp] -= count
+        have[item] += 1
+    return need
+
+
+class TrainingPlans:
+    """The training pools' gold plans, by goal.
+
+    ``covers(task)``: some training plan for the task's goal, replayed blindly from the task's
+    start (failed actions change nothing, as in the environment), holds the goal within the step
+    limit: an agent that only *retrieves* a remembered plan could solve the task.  `test_id`'s
+    mid and long tasks are drawn so that none is covered.  A plan's least start inventory for an
+    error-free run (a matrix row per plan) settles most checks at once; the rest are replayed."""
+
+    def __init__(self, world: World, step_limit: int = EVAL_STEP_LIMIT):
+        self.world, self.step_limit = world, step_limit
+        self.rows: dict[int, list[np.ndarray]] = {}
+        self.by_goal: dict[int, list[tuple[str, ...]]] = {}
+        self.plans: set[tuple[str, ...]] = set()
+        self._matrix: dict[int, np.ndarray] = {}
+
+    def add(self, goal: int, plan) -> None:
+        if tuple(plan) in self.plans:
+            return
+        self.plans.add(tuple(plan))
+        self.by_goal.setdefault(goal, []).append(tuple(plan))
+        vec = np.zeros(self.world.n_items, dtype=np.int32)
+        for item, count in required_inventory(self.world, plan).items():
+            vec[item] = count
+        self.rows.setdefault(goal, []).append(vec)
+        self._matrix.pop(goal, None)
+
+    def covers(self, task: Task) -> bool:
+        if task.goal not in self.rows:
+            return False
+        if task.goal not in self._matrix:
+            self._matrix[task.goal] = np.stack(self.rows[task.goal])
+        have = np.zeros(self.world.n_items, dtype=np.int32)
+        for item, count in task.inventory:
+            have[item] = count
+        if (self._matrix[task.goal] <= have).all(axis=1).any():
+            return True
+        return any(self._replay_solves(task, plan) for plan in self.by_goal[task.goal])
+
+    def _replay_solves(self, task: Task, plan) -> bool:
+        inv = dict(task.inventory)
+        for action in plan[:self.step_limit]:
+            apply_action(self.world, inv, action)
+            if inv.get(task.goal, 0) >= 1:
+                return True
+        return False
 
 
 def deep_goals(world: World, min_plan: int) -> list[int]:
@@ -83,7 +155,8 @@ class TaskSampler:
     def reserved(self, goal: int, item: int) -> bool:
         """Whether making ``item`` on the way to ``goal`` is held out for OOD tests: a hash below
         ``ood_fraction``, and for every goal at least the lowest-hash crafted input of its own
-        rules, so that every goal has OOD tasks, short ones included, even in small graphs."""
+        rules, so that small graphs have OOD tasks in every bin (a goal still gets none when the
+        reserved item's rules are used for no other goal in training)."""
         if item == goal:
             return False
         h = unit_hash(self.seed, "ood", goal, item)
@@ -172,14 +245,14 @@ class TaskSampler:
         return path
 
     def sample(self, pool: str, bin_name: str, n: int, *, held_out: bool, exclude: set = frozenset(),
-               exclude_plans: set = frozenset(), allowed_rules: set | None = None,
+               novel_to: TrainingPlans | None = None, allowed_rules: set | None = None,
                unique: bool = True) -> list[Task]:
         """``n`` tasks whose horizon lies in ``bin_name``.
 
         ``held_out`` selects OOD tasks (True) or ID tasks (False).  ``exclude`` holds task keys
-        that must not be drawn, ``exclude_plans`` gold plans (tuples of action texts) that must
-        not be a drawn task's gold plan (training pools pass both of the test set's), and
-        ``allowed_rules`` the rules every shortest plan must stay within (the OOD set passes the
+        that must not be drawn.  ``novel_to``: training plans none of which may be the drawn
+        task's gold plan or run on it without an error (`TrainingPlans.covers`).
+        ``allowed_rules``: the rules every shortest plan must stay within (the OOD set passes the
         rules training uses).  Training pools pass ``unique=False``: repeats are what a corpus
         of that size would contain anyway.
         """
@@ -205,7 +278,8 @@ class TaskSampler:
                 continue
             if allowed_rules is not None and not rules <= allowed_rules:
                 continue
-            if exclude_plans and tuple(self.solver.gold_plan(task.goal, dict(task.inventory))) in exclude_plans:
+            if novel_to is not None and (novel_to.covers(task) or tuple(
+                    self.solver.gold_plan(task.goal, dict(task.inventory))) in novel_to.plans):
                 continue
             seen.add(task.key)
             out.append(task)

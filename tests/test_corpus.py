@@ -240,6 +240,7 @@ def test_domain_file_variants_and_load_dataset(tmp_path):
     (["--goal-min-plan", "0"], "must be positive"),
     (["--horizon-bins", "1-5,7-8,9-13"], "three adjacent ranges"),
     (["--horizon-bins", "1-5,x"], "plan-length ranges"),
+    (["--horizon-bins", "1-5,6-8,9-30"], "beyond the 20-step limit"),
 ])
 def test_contradictory_knobs_are_one_line_exit_2(tmp_path, args, message):
     res = run_cli("--scale", "tiny", "--data-dir", str(tmp_path), *args, cwd=Path(__file__).parents[1])

@@ -254,3 +254,44 @@ def test_multi_path_world_accepts_both_recipes_plans():
     assert differ >= 5
     single_b = World.build("fa", params, 0, "B")
     assert not {(r.inputs, r.output) for r in single_b.rules} & {(r.inputs, r.output) for r in a.taught.rules}
+
+
+def test_training_plans_cover_exactly_the_tasks_a_blind_replay_solves():
+    """`TrainingPlans.covers` (what keeps retrievable tasks out of test_id mid/long) agrees with
+    replaying every remembered plan blindly through the environment, on random tasks."""
+    from planning_gym.tasks import TrainingPlans, required_inventory
+    world = World.build("fa", scale_graph("small"), 0, paths="multi")
+    sampler = TaskSampler(world, 0)
+    solver = sampler.solver
+    train = [t for b in BINS for t in sampler.sample("train", b, 15, held_out=False)]
+    index = TrainingPlans(sampler.taught)
+    for t in train:
+        index.add(t.goal, solver.gold_plan(t.goal, dict(t.inventory)))
+    plan = solver.gold_plan(train[-1].goal, dict(train[-1].inventory))
+    need = required_inventory(sampler.taught, plan)
+    assert index.covers(Task(train[-1].goal, tuple(sorted(need.items()))))      # exactly what it needs
+    if need:
+        short = {**need}
+        item = next(iter(short))
+        short[item] -= 1
+        reduced = Task(train[-1].goal, tuple(sorted((i, c) for i, c in short.items() if c)))
+        env_says = any(_blind(world, reduced, p) for p in index.by_goal[reduced.goal])
+        assert index.covers(reduced) == env_says
+    agree = covered = 0
+    for t in [t for b in ("mid", "long") for t in sampler.sample("probe", b, 25, held_out=False)]:
+        env_says = any(_blind(world, t, p) for p in index.by_goal.get(t.goal, []))
+        agree += index.covers(t) == env_says
+        covered += env_says
+    assert agree == 50 and 0 < covered < 50
+
+
+def _blind(world, task, plan, limit=20):
+    env = PlanningEnv(world, max_steps=limit)
+    env.reset(options={"task": task})
+    for action in plan:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated:
+            return True
+        if truncated:
+            return False
+    return False

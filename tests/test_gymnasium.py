@@ -108,3 +108,31 @@ def test_planning_gym_imports_without_gymnasium():
             "import planning_gym, planning_gym.env, planning_gym.world, planning_gym.tasks, planning_gym.corpus\n"
             "assert 'planning_gym.gym_env' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_exclude_corpus_keeps_its_test_tasks_out(tmp_path):
+    from planning_gym.config import CorpusConfig
+    from planning_gym.corpus import read_split, write_corpus
+    from planning_gym.env import Task
+    cfg = CorpusConfig.from_scale("tiny")
+    write_corpus(cfg, tmp_path / "c", workers=1, progress=False)
+    plain = PlanningGymEnv(scale="tiny", difficulty="short")
+    env = PlanningGymEnv(scale="tiny", difficulty="short", exclude_corpus=str(tmp_path / "c"))
+    tests = {(r["goal"], tuple(sorted((e["item"], e["count"]) for e in r["initial_inventory"])))
+             for r in read_split(tmp_path / "c", "test_id")}
+    assert env.excluded and len(env.excluded) == len(tests)
+
+    def drawn(e, n):
+        out = []
+        for s in range(n):
+            _, info = e.reset(seed=s)
+            out.append((info["goal"], tuple(sorted(info["initial_inventory"].items()))))
+        return out
+    assert not set(drawn(env, 150)) & tests
+    # the mechanism: exclude exactly what the plain environment draws, and none of it comes up
+    seen = drawn(plain, 20)
+    w = env.world
+    env.excluded = {Task(w.index[g], tuple(sorted((w.index[i], c) for i, c in inv))).key for g, inv in seen}
+    assert not set(drawn(env, 20)) & set(seen)
+    with pytest.raises(ValueError, match="not a corpus of this world"):
+        PlanningGymEnv(scale="tiny", seed=1, exclude_corpus=str(tmp_path / "c"))
