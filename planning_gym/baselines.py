@@ -7,8 +7,8 @@ on a corpus's test rows, with the evaluation's step limit (20):
 * *knowledge-free* agents, which know the world's vocabulary but no plans:
   ``always-gather``, ``random-valid``, ``error-reader`` (and ``error-reader+verbs``);
 * *recall* agents, which know the training rows but never plan: ``recall-nearest``,
-  ``recall-any`` (an oracle upper bound on recall) and ``from-empty`` (one memorised plan per
-  goal);
+  ``recall-cascade``, ``recall-any`` (an oracle upper bound on one-plan recall) and
+  ``from-empty`` (one memorised plan per goal);
 * ``solver``, the exact shortest plan from the true start: a check, it must score 100.
 
 A model's avg@8 on a split means little unless it is well above these rows on that split.
@@ -34,9 +34,12 @@ Definitions (exact; the tests pin them):
                         multisets): ``|A & B| - |B - A|``; ties: shorter gold plan, then earlier
                         row (``pretrain.jsonl`` rows, then ``posttrain.jsonl`` rows, file order).
                         No training row with the goal: fail.
+``recall-cascade``      the same ranking, but the plans are replayed back to back, blindly, until
+                        the step limit: what a model that retries remembered plans scores (the
+                        strongest non-planning agent an audit found on ``test_id`` mid).
 ``recall-any``          oracle: success if ANY training row with the same goal has a gold plan
                         that reaches the goal when replayed blindly on the test task.  An upper
-                        bound on what any recall-and-replay agent could score.
+                        bound on what replaying one remembered plan could score.
 ``from-empty``          replays ``Solver(world, budget=200).gold_plan(goal, {})`` (the shortest
                         plan from an empty inventory: one memorised plan per goal), ignoring the
                         start inventory.  A goal whose from-empty lower bound exceeds the step
@@ -83,7 +86,7 @@ from .world import World
 SPLIT_FILES = {"test_id": "ID", "test_ood": "OOD"}
 TRAIN_FILES = ("pretrain", "posttrain")
 DIFFICULTIES = ("short", "mid", "long")
-BASELINES = ("always-gather", "random-valid", "recall-nearest", "recall-any", "from-empty",
+BASELINES = ("always-gather", "random-valid", "recall-nearest", "recall-cascade", "recall-any", "from-empty",
              "error-reader", "error-reader+verbs", "solver")
 RANDOMISED = ("random-valid",)
 FROM_EMPTY_BUDGET = 200
@@ -271,6 +274,12 @@ class TrainingIndex:
         self.candidates = {key: [(dict(inv), *cand) for inv, cand in slot.items()] for key, slot in best.items()}
         self.plans = {key: sorted(ps, key=lambda p: (len(p), p)) for key, ps in plans.items()}
 
+    def ranked(self, domain: str, recipe: str, goal: str, inventory: dict[str, int]) -> list[tuple[str, ...]]:
+        """The gold plans of the training rows with this goal, most similar inventory first."""
+        cands = sorted(self.candidates.get((domain, recipe, goal), ()),
+                       key=lambda c: (-similarity(inventory, c[0]), c[1], c[2]))
+        return [plan for _, _, _, plan in cands]
+
     def nearest(self, domain: str, recipe: str, goal: str, inventory: dict[str, int]) -> tuple[str, ...] | None:
         """The gold plan of the most similar training row with this goal, or None."""
         best_key, best_plan = None, None
@@ -375,6 +384,9 @@ def baseline_outcomes(worlds: dict, index: TrainingIndex, rows: Sequence[tuple[s
             elif name == "recall-nearest":
                 plan = index.nearest(row["domain"], row["recipe"], row["goal"], inv_names)
                 ok = replay(world, task, plan or (), step_limit, env_factory)
+            elif name == "recall-cascade":     # the nearest plans back to back, blind, until the limit
+                plans = index.ranked(row["domain"], row["recipe"], row["goal"], inv_names)
+                ok = replay(world, task, [a for p in plans for a in p][:step_limit], step_limit, env_factory)
             elif name == "recall-any":
                 key = (wk, task.key)
                 if key not in any_cache:

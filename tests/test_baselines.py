@@ -146,8 +146,8 @@ def _recall(train, goal, **inv):
     t = task(goal, **inv)
     test = row(goal, inv, [], "t", split="test_id")
     outs = B.baseline_outcomes({("fa", "A"): w}, B.TrainingIndex(train), [("ID", test)],
-                               baselines=["recall-nearest", "recall-any"])
-    assert len(outs) == 2 and all(o["task"] == "t" for o in outs)
+                               baselines=["recall-nearest", "recall-cascade", "recall-any"])
+    assert len(outs) == 3 and all(o["task"] == "t" for o in outs)
     return {o["baseline"]: o["success"] for o in outs} | {"task": t}
 
 
@@ -173,6 +173,16 @@ def test_recall_nearest_replays_the_most_similar_training_plan():
     assert not r["recall-nearest"] and r["recall-any"]   # tie 0 = 0: the shorter ash plan is chosen, and fails
     # no training row with the goal: fail
     assert not _recall([row("salve", {}, ["gather dew", "brew salve"], "s")], "charm")["recall-nearest"]
+
+
+def test_recall_cascade_retries_the_next_plans_until_the_step_limit():
+    holding_salve = row("charm", {"salve": 1}, ["gather dew", "infuse charm"], "a")
+    from_empty = row("charm", {}, ["gather dew", "brew salve", "gather dew", "infuse charm"], "b")
+    # the nearest (salve) plan fails on an empty start, then the from-empty plan, run after it, works
+    r = _recall([holding_salve, from_empty], "charm", ash=1)
+    assert r["recall-cascade"]
+    r = _recall([holding_salve], "charm")
+    assert not r["recall-cascade"]                       # nothing to retry
 
 
 def test_recall_any_bounds_recall_nearest_on_the_corpus(corpus, result):
@@ -286,8 +296,9 @@ def test_comparison_table_puts_the_model_beside_the_baselines():
                                 {"domain": "fa", "split": "OOD", "difficulty": "all", "tasks": 2, "avg@8": 0.0}], base, 8)
     lines = md.splitlines()
     assert "model avg@8 | always-gather | random-valid avg@8 | random-valid pass@8 | recall-nearest" in lines[2]
-    assert lines[4] == "| fa | ID | all | 2 | 12.50 | " + " | ".join(["50.0", "50.0", "100.0"] + ["50.0"] * 6) + " |"
-    assert lines[5].endswith("| 0.00 | " + " | ".join(["-"] * 9) + " |")
+    n_rest = len(B.BASELINES) - 2          # after always-gather and random-valid (two columns)
+    assert lines[4] == "| fa | ID | all | 2 | 12.50 | " + " | ".join(["50.0", "50.0", "100.0"] + ["50.0"] * n_rest) + " |"
+    assert lines[5].endswith("| 0.00 | " + " | ".join(["-"] * (n_rest + 3)) + " |")
 
 
 def test_the_gym_stays_torch_free():
