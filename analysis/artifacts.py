@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planning_gym.config import CorpusConfig
+from posttrain.constants import EVAL_K
 
 # Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
 # (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
@@ -47,7 +48,6 @@ BUDGETS: dict[str, dict] = {
                   posttrain=dict(steps=8, tasks_per_step=2, group_size=4, lr=3e-4, eval_every=4)),
     "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
 }
-EVAL_K = 8
 
 
 class ReproductionError(RuntimeError):

@@ -25,6 +25,7 @@ from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_map
 from analysis.measures import kl_group_summary, paired_difference, region_labels, token_kl_frame
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
+from posttrain.constants import PHYSICS_OPD_TOPK
 
 DIFFS = ("short", "mid", "long")
 QUALITIES = ("4opt", "4opt4sub", "4opt8sub")
@@ -174,12 +175,10 @@ def knowledge_mismatch(store: Store) -> Report:
     teacher_a, teacher_b = store.pretrained(), store.pretrained(recipe="B")
     student = store.checkpoint(teacher_a)
     corpus_a = json.loads((teacher_a / "train_config.json").read_text())["data"]
-    # the matched arm is the TurnOPD table's OPD run (same student, same teacher); the crossed arm
-    # differs from it only in the teacher
-    from analysis.repro_turnopd import TOPK, main_runs
-    runs = {"matched (A)": main_runs(store, ("OPD",))["OPD"],
-            "crossed (B)": store.posttrained("table4-opd-crossed", "opd", student, teacher_b, topk=TOPK,
-                                             eval_at_start=False, eval_every=0)}
+    # the two arms differ only in the teacher; OPD as in the Physics paper (top-k 100)
+    runs = {arm: store.posttrained(f"table4-opd-{name}", "opd", student, teacher, topk=PHYSICS_OPD_TOPK,
+                                   eval_at_start=False, eval_every=0)
+            for arm, name, teacher in (("matched (A)", "matched", teacher_a), ("crossed (B)", "crossed", teacher_b))}
     report.runs += [teacher_a, teacher_b, *runs.values()]
     models = {"student A (before)": store.evaluation(student),
               "after OPD, teacher A": store.evaluation(runs["matched (A)"]),
@@ -260,7 +259,7 @@ def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str,
                 t_logits = tm(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
                 probs[name] = torch.softmax(t_logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
                 if label == "early student":
-                    kl = losses.reverse_kl_topk(logits, mask, 100, teacher_logits=t_logits)
+                    kl = losses.reverse_kl_topk(logits, mask, PHYSICS_OPD_TOPK, teacher_logits=t_logits)
                     frames.append(token_kl_frame(kl, mask, turn, [e.success for e in ro.episodes], step_ok)
                                   .assign(teacher=name))
         first = mask[0].nonzero().flatten()[:72]

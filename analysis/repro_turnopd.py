@@ -28,13 +28,13 @@ from analysis.measures import (compare_loss_budgets, least_time_table, logs_fram
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
 from analysis.repro_shaping import metrics
+from posttrain.constants import TURNOPD_TOPK as TOPK     # TurnOPD's Table 7
 
 METHODS = {"OPD": "opd", "TCOD-F2B": "tcod", "TurnOPD": "turnopd"}
 ARMS = {"vanilla OPD": dict(adaptive_depth=False, turn_blend=False),
         "adaptive depth only": dict(turn_blend=False),
         "linear blend only": dict(adaptive_depth=False),
         "both (TurnOPD)": dict()}
-TOPK = 50
 
 
 def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_K) -> pd.DataFrame:

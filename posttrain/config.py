@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from posttrain import constants as C
 from pretrain.config import SCALES, UsageError
 
 DIFFICULTIES = ("short", "mid", "long")     # the corpus's horizon bins
@@ -43,7 +44,7 @@ class PosttrainConfig:
     micro_batch: int = 2             # episodes per forward/backward, grouped by length (bench-update)
     temperature: float = 1.0
     max_turn_tokens: int = 192
-    step_limit: int = 20
+    step_limit: int = C.STEP_LIMIT
     rollout_batch: int = 64          # episodes in flight in the rollout engine
     entropy_coef: float = 0.0        # entropy bonus (any method; 0: off)
     ppo_epochs: int = 1              # passes over each rollout batch
@@ -56,15 +57,15 @@ class PosttrainConfig:
     kl_estimator: str = "k3"
     process_weight: float = 0.0      # weight of the solver's step-level process advantage (0: off)
     # opd family
-    topk: int = 100                  # 0: full-vocabulary reverse KL
+    topk: int = C.PHYSICS_OPD_TOPK   # 0: full-vocabulary reverse KL
     topk_support: str = "teacher"    # teacher | student | union: whose top-k tokens the KL is taken on
     topk_estimator: str = "tail"     # tail (support + one bucket for the rest: >= 0, <= full KL) | renormalized | truncated
     # turnopd
-    probe_interval: int = 8
-    probe_warmup: int = 3
+    probe_interval: int = C.TURNOPD_PROBE_INTERVAL
+    probe_warmup: int = C.TURNOPD_PROBE_WARMUP
     h_min: int = 1
-    h_max: int = 20
-    ema_alpha: float = 0.3
+    h_max: int = C.TURNOPD_H_MAX
+    ema_alpha: float = C.TURNOPD_EMA_ALPHA
     adaptive_depth: bool = True      # ablation switches: the depth controller ...
     turn_blend: bool = True          # ... and the alpha-blended turn loss (both off = OPD at top-k 50)
     # tcod
@@ -75,7 +76,7 @@ class PosttrainConfig:
     eval_every: int = 0              # 0: evaluate only at the end
     eval_at_start: bool = True       # with eval_every: also evaluate the student before step 1
     eval_tasks_per_cell: int = 4
-    eval_k: int = 8
+    eval_k: int = C.EVAL_K
     eval_splits: str = "ID,OOD"      # comma list: the test splits evaluations run
     eval_difficulties: str = ""      # comma list of short, mid, long: the bins evaluations run ("" = all)
     ckpt_every: int = 0              # 0: only the final checkpoint
@@ -127,11 +128,11 @@ _PRESETS = {
     "tiny": dict(steps=4, tasks_per_step=2, group_size=4, eval_tasks_per_cell=2, eval_k=2),
     "small": dict(steps=60, tasks_per_step=8, group_size=8, lr=5e-5, eval_every=20, eval_tasks_per_cell=16),
     # the paper trains GRPO / OPD for 75 steps
-    "paper": dict(steps=75, tasks_per_step=32, group_size=8, lr=1e-5, micro_batch=16, rollout_batch=256,
+    "paper": dict(steps=C.PAPER_POSTTRAIN_STEPS, tasks_per_step=32, group_size=8, lr=1e-5, micro_batch=16, rollout_batch=256,
                   eval_every=25, eval_tasks_per_cell=160, ckpt_every=25),
 }
 # GRPO takes two optimiser steps per rollout batch, so the second is off-policy and the clip acts.
-_METHOD_DEFAULTS = {"turnopd": dict(topk=50), "grpo": dict(ppo_mini_batches=2)}
+_METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_batches=2)}
 
 
 def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:

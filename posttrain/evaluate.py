@@ -33,6 +33,7 @@ from typing import Sequence
 
 from planning_gym.corpus import select_rows
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
+from posttrain import constants as C
 from posttrain.config import DIFFICULTIES
 from pretrain.config import UsageError
 
@@ -176,8 +177,8 @@ def markdown(rows: list[dict], k: int, header: str = "", baselines: str = "") ->
 
 
 # ----- the evaluation --------------------------------------------------------------------------------
-def evaluate(model, tokenizer, corpus_dir, *, k: int = 8, temperature: float = 0.4, top_p: float = 1.0,
-             step_limit: int = 20, max_tasks_per_cell: int | None = None, batch_size: int = 64,
+def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: float = C.EVAL_TEMPERATURE,
+             top_p: float = 1.0, step_limit: int = C.STEP_LIMIT, max_tasks_per_cell: int | None = None, batch_size: int = 64,
              max_turn_tokens: int = 192, max_total_tokens: int | None = None, seed: int = 0,
              splits: Sequence[str] = ("ID", "OOD"), difficulties: Sequence[str] | None = None, out_dir=None,
              progress: bool = True) -> dict:
