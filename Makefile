@@ -75,7 +75,8 @@ pretrain: $(STAMP)
 # Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".
 grpo opd turnopd tcod: $(STAMP)
 	$(BIN)/python -m posttrain.train --method $@ --student $(RUN) $(if $(TEACHER),--teacher $(TEACHER)) \
-		--out $(or $(OUT),$(RUN)-$@) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s))
+		--out $(or $(OUT),$(RUN)-$@) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s)) \
+		$(if $(RESUME),--resume)
 
 # A teacher sharing RUN's tokenizer: RECIPE=B, PATTERNS=T1+T2, or REGIME=shared_compatible TDOMAIN=lf
 teacher: $(STAMP)

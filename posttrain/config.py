@@ -138,6 +138,8 @@ _METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_
 def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:
     if scale not in _PRESETS:
         raise UsageError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
+    if {"method", "scale"} & set(overrides):
+        raise UsageError("method and scale are chosen by --method and --scale, not --set")
     fields = {f.name for f in dataclasses.fields(PosttrainConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:

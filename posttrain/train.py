@@ -145,6 +145,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1.0)
         self.controller = DepthController(cfg.h_min, cfg.h_max, cfg.probe_interval, cfg.probe_warmup, cfg.ema_alpha)
         self.step, self.train_wall = 0, 0.0
+        self.evaluated_at: dict | None = None     # the evaluation already logged at self.step (resume)
         self.student_dir, self.teacher_dir = Path(student_dir), teacher_dir
         if resume:
             self._resume()
@@ -165,7 +166,16 @@ class Trainer:
             set_rng_state(*saved["rng"])
         metrics = self.out / "metrics.jsonl"
         if metrics.exists():   # drop what the killed run logged after its last checkpoint
-            keep = [l for l in metrics.read_text().splitlines() if json.loads(l).get("step", 0) <= self.step]
+            keep = []
+            for line in metrics.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:          # a half-written last line (what a kill leaves)
+                    continue
+                if record.get("step", 0) <= self.step:
+                    keep.append(line)
+                    if record.get("eval") and record.get("step") == self.step:
+                        self.evaluated_at = record
             metrics.write_text("".join(l + "\n" for l in keep))
 
     def save(self) -> Path:
@@ -321,6 +331,7 @@ class Trainer:
         bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr)
         while self.step < cfg.steps:
             record = self.train_step()
+            self.evaluated_at = None
             self.log(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}", success=f"{record['success']:.2f}")
@@ -329,8 +340,9 @@ class Trainer:
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < cfg.steps:
                 self.save()
         bar.close()
-        final_eval = self.evaluate()
-        self.log(final_eval)
+        final_eval = self.evaluated_at if self.evaluated_at is not None else self.evaluate()
+        if self.evaluated_at is None:
+            self.log(final_eval)
         ckpt = self.save()
         summary = {"checkpoint": str(ckpt), "final_eval": final_eval, "train_wall_s": self.train_wall}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -344,8 +356,13 @@ def run(argv=None) -> dict:
             saved = json.loads((Path(args.out) / "train_config.json").read_text())
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot resume {args.out}: {e}") from None
+        # the run's own config; --set changes it (steps=N extends a finished run)
+        overrides = parse_overrides(args.set)
+        if {"method", "scale"} & set(overrides):
+            raise UsageError("--resume keeps the run's method and scale")
         cfg = make_config(saved["config"]["method"], saved["config"]["scale"],
-                          **{k: v for k, v in saved["config"].items() if k not in ("method", "scale")})
+                          **{**{k: v for k, v in saved["config"].items() if k not in ("method", "scale")},
+                             **overrides})
         args.student, args.teacher = saved["student"], saved["teacher"]   # the run's own, always
         args.data = args.data or saved["data"]
     else:

@@ -192,6 +192,15 @@ def test_exact_resume(student, teacher_b):
     assert all(torch.equal(a[k], b[k]) for k in a)
     losses = lambda r: [m["loss"] for m in metrics(r) if not m.get("eval")]
     assert losses(full) == losses(cut)
+    # resuming a finished run adds nothing; --set steps=N extends it; a half-written line is dropped
+    with open(cut / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2, "lo')
+    assert posttrain_main(["--out", str(cut), "--resume"]) == 0
+    assert [(m["step"], bool(m.get("eval"))) for m in metrics(cut)] == [(1, False), (2, False), (2, True)]
+    assert posttrain_main(["--out", str(cut), "--resume", "--set", "steps=3"]) == 0
+    assert [(m["step"], bool(m.get("eval"))) for m in metrics(cut)] == [(1, False), (2, False), (2, True),
+                                                                        (3, False), (3, True)]
+    assert posttrain_main(["--out", str(cut), "--resume", "--set", "method=grpo"]) == 2
 
 
 def test_mopd_cascade_evaluates_every_stage(student, teacher_b):
