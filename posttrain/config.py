@@ -82,6 +82,8 @@ class PosttrainConfig:
     ckpt_every: int = 0              # 0: only the final checkpoint
     keep_checkpoints: int = 2        # 0: keep every checkpoint (update-direction analyses need them)
     seed: int = 0
+    device: str = "auto"             # auto (cuda when present) | cpu | cuda
+    bf16: bool = True                # bf16 autocast for the forward passes on CUDA (losses stay fp32)
 
     @property
     def eval_split_list(self) -> tuple[str, ...]:
@@ -117,6 +119,8 @@ class PosttrainConfig:
         comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties")
         if not self.eval_split_list:
             raise UsageError("eval_splits must name at least one of ID, OOD")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageError(f"device must be auto, cpu or cuda, not {self.device!r}")
         if self.keep_checkpoints < 0:
             raise UsageError("keep_checkpoints must be >= 0 (0 keeps all)")
         if not 1 <= self.h_min <= self.h_max:

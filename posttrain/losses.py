@@ -273,6 +273,17 @@ def _scatter_rows(mask: Tensor, values: Tensor) -> Tensor:
     return torch.zeros(mask.shape, dtype=values.dtype, device=values.device).masked_scatter(mask, values)
 
 
+def _p_log_ratio(lp: Tensor, lq: Tensor) -> Tensor:
+    """``p log(p/q)`` elementwise, differentiated through ``p`` only.
+
+    Over a whole distribution (the vocabulary, or a support plus its tail) the gradient through
+    ``log p`` sums to zero analytically (``sum p d log p = d sum p = 0``), so dropping it leaves
+    the exact gradient of the KL.  Kept, it is float noise (~1e-9) when student and teacher
+    agree, which Adam turns into full learning-rate steps: self-distillation then drifts.
+    Dropped, a student equal to its teacher gets a gradient of exactly zero."""
+    return lp.exp() * (lp - lq).detach()
+
+
 def reverse_kl_full(student_logits: Tensor, teacher_logits: Tensor, agent_mask: Tensor) -> Tensor:
     """Exact per-token reverse KL(student || teacher) over the whole vocabulary ``[B, T]``.
 
@@ -285,8 +296,7 @@ def reverse_kl_full(student_logits: Tensor, teacher_logits: Tensor, agent_mask: 
     mask = _bool(agent_mask)
     ls = F.log_softmax(_float(student_logits[mask]), dim=-1)
     lt = F.log_softmax(_float(teacher_logits.detach()[mask]), dim=-1).to(ls.dtype)
-    kl = (ls.exp() * (ls - lt)).sum(-1)
-    return _scatter_rows(mask, kl)
+    return _scatter_rows(mask, _p_log_ratio(ls, lt).sum(-1))
 
 
 TOPK_SUPPORTS = ("teacher", "student", "union")
@@ -322,8 +332,7 @@ _OFF = -1e4   # "log 0" that stays finite: exp() is exactly 0, and no inf - inf 
 
 def _tail_term(lp_tail: Tensor, lq_tail: Tensor) -> Tensor:
     """P (log P - log Q) of the bucket outside the support (0 when the tail is empty)."""
-    lp_tail, lq_tail = lp_tail.clamp(min=_OFF), lq_tail.clamp(min=_OFF)
-    return lp_tail.exp() * (lp_tail - lq_tail)
+    return _p_log_ratio(lp_tail.clamp(min=_OFF), lq_tail.clamp(min=_OFF))
 
 
 def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
@@ -363,7 +372,8 @@ def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
     if teacher_logits is not None:
         if teacher_indices is not None or teacher_logprobs is not None:
             raise ValueError("give the teacher either as logits or as (indices, logprobs), not both")
-        lt_full = F.log_softmax(_float(teacher_logits.detach()[mask]), dim=-1).to(s.dtype)
+        t_raw = _float(teacher_logits.detach()[mask]).to(s.dtype)
+        lt_full = F.log_softmax(t_raw, dim=-1)
         in_s = torch.zeros_like(s, dtype=torch.bool)
         if support in ("student", "union"):
             in_s.scatter_(-1, topk_indices(s.detach(), k), True)
@@ -371,11 +381,12 @@ def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
             in_s.scatter_(-1, topk_indices(lt_full, k), True)
         off = torch.full_like(s, _OFF)
         if estimator == "renormalized":
-            ls = F.log_softmax(torch.where(in_s, s, off), dim=-1)
-            lt = F.log_softmax(torch.where(in_s, lt_full, off), dim=-1)
-            kl = torch.where(in_s, ls.exp() * (ls - lt), torch.zeros_like(s))
+            ls = F.log_softmax(torch.where(in_s, s, off), dim=-1)        # the same ops on both sides
+            lt = F.log_softmax(torch.where(in_s, t_raw, off), dim=-1)
+            kl = torch.where(in_s, _p_log_ratio(ls, lt), torch.zeros_like(s))
             return _scatter_rows(mask, kl.sum(-1))
-        inner = torch.where(in_s, ls_full.exp() * (ls_full - lt_full), torch.zeros_like(s)).sum(-1)
+        term = ls_full.exp() * (ls_full - lt_full) if estimator == "truncated" else _p_log_ratio(ls_full, lt_full)
+        inner = torch.where(in_s, term, torch.zeros_like(s)).sum(-1)
         if estimator == "tail":
             inner = inner + _tail_term(torch.logsumexp(torch.where(in_s, off, ls_full), -1),
                                        torch.logsumexp(torch.where(in_s, off, lt_full), -1))
@@ -386,9 +397,9 @@ def reverse_kl_topk(student_logits: Tensor, agent_mask: Tensor, k: int = 50, *,
     lt = _float(teacher_logprobs.detach()[mask]).to(s.dtype)
     if estimator == "renormalized":
         ls, lt = F.log_softmax(s.gather(-1, idx), dim=-1), F.log_softmax(lt, dim=-1)
-        return _scatter_rows(mask, (ls.exp() * (ls - lt)).sum(-1))
+        return _scatter_rows(mask, _p_log_ratio(ls, lt).sum(-1))
     ls = ls_full.gather(-1, idx)
-    kl = (ls.exp() * (ls - lt)).sum(-1)
+    kl = (ls.exp() * (ls - lt) if estimator == "truncated" else _p_log_ratio(ls, lt)).sum(-1)
     if estimator == "tail":
         out = torch.ones_like(s, dtype=torch.bool).scatter(-1, idx, False)
         lp_tail = torch.logsumexp(torch.where(out, ls_full, torch.full_like(s, _OFF)), -1)

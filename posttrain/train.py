@@ -61,7 +61,26 @@ def parse_args(argv):
     p.add_argument("--scale", help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where the models run (default auto: CUDA when present)")
     return p.parse_args(argv)
+
+
+def resolve_device(name: str):
+    """``auto`` is CUDA when present; asking for CUDA without one is a usage error."""
+    import torch
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError("device cuda asked for, but no CUDA device is available")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def autocast(device, enabled: bool):
+    """bf16 autocast on CUDA (the policy's forward passes); a no-op on the CPU."""
+    import contextlib
+
+    import torch
+    if device.type == "cuda" and enabled:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def check_same_vocabulary(student_tok, teacher_tok, student_model, teacher_model) -> None:
@@ -116,7 +135,9 @@ class Trainer:
         from posttrain.turnopd import DepthController
 
         self.cfg, self.out = cfg, Path(out)
+        self.device = resolve_device(cfg.device)
         self.model, self.tokenizer, student_data = load_model_and_tokenizer(run_dir=student_dir)
+        self.model.to(self.device)
         self.data = Path(data or student_data or "")
         if not (self.data / "posttrain.jsonl").is_file():
             raise UsageError(f"corpus {self.data} has no posttrain.jsonl (pass --data)")
@@ -126,11 +147,11 @@ class Trainer:
                 raise UsageError(f"--method {cfg.method} needs --teacher")
             self.teacher, teacher_tok, _ = load_model_and_tokenizer(run_dir=teacher_dir)
             check_same_vocabulary(self.tokenizer, teacher_tok, self.model, self.teacher)
-            self.teacher.eval().requires_grad_(False)
+            self.teacher.to(self.device).eval().requires_grad_(False)
         self.reference = None
         if OBJECTIVES[cfg.method](cfg).needs_reference:
             self.reference, _, _ = load_model_and_tokenizer(run_dir=student_dir)
-            self.reference.eval().requires_grad_(False)
+            self.reference.to(self.device).eval().requires_grad_(False)
         worlds = load_worlds(self.data)
         domains = {d for d in cfg.domains.split(",") if d}
         bins = {d for d in cfg.difficulties.split(",") if d}
@@ -157,7 +178,7 @@ class Trainer:
         if ckpt is None:
             raise UsageError(f"{self.out} has no checkpoint to resume")
         saved = read_checkpoint(ckpt)
-        self.model.load_state_dict(load_model(ckpt).state_dict())
+        self.model.load_state_dict(load_model(ckpt).state_dict())      # copied onto self.device
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["state"]["scheduler"])
         self.controller.load_state_dict(saved["state"]["controller"])
@@ -216,7 +237,7 @@ class Trainer:
         rng = random.Random(f"{cfg.seed}/posttrain/{self.step}")
         chosen = rng.sample(range(len(self.tasks)), min(cfg.tasks_per_step, len(self.tasks)))
         tasks = [self.tasks[i] for i in chosen for _ in range(cfg.group_size)]
-        groups = torch.tensor([g for g in range(len(chosen)) for _ in range(cfg.group_size)])
+        groups = torch.tensor([g for g in range(len(chosen)) for _ in range(cfg.group_size)], device=self.device)
         cap, probe = self.depth_cap()
 
         t0 = time.perf_counter()
@@ -224,10 +245,10 @@ class Trainer:
         ro_cfg = RolloutConfig(temperature=cfg.temperature, max_turn_tokens=cfg.max_turn_tokens,
                                step_limit=cfg.step_limit, batch_size=cfg.rollout_batch,
                                max_total_tokens=min(4096, self.model.config.max_position_embeddings))
-        with torch.no_grad():
+        with torch.no_grad():          # the engine runs in the weights' dtype (its masks are built for it)
             ro = rollout(HFPolicy(self.model, pad), self.tokenizer, tasks, ro_cfg,
                          seed=cfg.seed * 1_000_003 + self.step, max_turns=cap)
-        batch = ro.batch(pad)
+        batch = ro.batch(pad, self.device)
         t_rollout = time.perf_counter() - t0
 
         ids, attn = batch["input_ids"], batch["attention_mask"]
@@ -238,17 +259,17 @@ class Trainer:
         t1 = time.perf_counter()
         step_rewards = None
         if cfg.method == "grpo" and cfg.process_weight:
-            step_rewards = process_rewards(tasks, ro.episodes, self.solvers, int(turn.max()) + 1)
+            step_rewards = process_rewards(tasks, ro.episodes, self.solvers, int(turn.max()) + 1).to(self.device)
         advantages = objective.advantages(batch, rec, groups, step_rewards)
         t_score = time.perf_counter() - t1
         alpha = losses.alpha_at(self.step, cfg.steps)
 
         self.model.train()
         t_update, total_loss, ent_sum, grad_norm, clipped, n_updates = 0.0, 0.0, 0.0, 0.0, 0.0, 0
-        per_token_kl = torch.zeros(mask.shape)
+        per_token_kl = torch.zeros(mask.shape, device=self.device)
         for epoch in range(cfg.ppo_epochs):
             for part in update_batches(n_eps, cfg.ppo_mini_batches, rng):
-                part = torch.tensor(part)
+                part = torch.tensor(part, device=self.device)
                 part_tokens = int(mask[part].sum())
                 self.optimizer.zero_grad(set_to_none=True)
                 for sub, length in micro_batches(attn[part].sum(1), cfg.micro_batch):
@@ -257,7 +278,7 @@ class Trainer:
                     sl = (rows, slice(0, length - 1))      # this micro-batch's cells of the [B, T-1] records
                     t1 = time.perf_counter()
                     teacher_logits = ref_logp = None
-                    with torch.no_grad():
+                    with torch.no_grad(), autocast(self.device, cfg.bf16):
                         if self.teacher is not None:   # one forward pass per episode, never per turn
                             teacher_logits = self.teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
                         if self.reference is not None:
@@ -265,7 +286,8 @@ class Trainer:
                             ref_logp = target_logp(ref, rec["targets"][sl])
                     t_score += time.perf_counter() - t1
                     t1 = time.perf_counter()
-                    logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                    with autocast(self.device, cfg.bf16):
+                        logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
                     mb = MicroBatch(logits, rec["targets"][sl], mask[sl], turn[sl], old[sl],
                                     None if advantages is None else advantages[sl], teacher_logits, ref_logp,
                                     part_tokens, len(part), alpha)
@@ -288,7 +310,7 @@ class Trainer:
                 t_update += time.perf_counter() - t1
 
         if probe:
-            stats = probe_statistics(per_token_kl, turn, mask)
+            stats = probe_statistics(per_token_kl.cpu(), turn.cpu(), mask.cpu())
             depths = [e.n_turns for e in ro.episodes if e.success]
             self.controller.update(stats.per_turn_kl, stats.survivors, depths, stats.num_episodes)
         kl_sum = float((per_token_kl * mask).sum())
@@ -357,7 +379,7 @@ def run(argv=None) -> dict:
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot resume {args.out}: {e}") from None
         # the run's own config; --set changes it (steps=N extends a finished run)
-        overrides = parse_overrides(args.set)
+        overrides = {**parse_overrides(args.set), **({"device": args.device} if args.device else {})}
         if {"method", "scale"} & set(overrides):
             raise UsageError("--resume keeps the run's method and scale")
         cfg = make_config(saved["config"]["method"], saved["config"]["scale"],
@@ -369,7 +391,8 @@ def run(argv=None) -> dict:
         if not args.student:
             raise UsageError("--student is required")
         scale = resolve_scale(args.scale, log=lambda m: print(m, file=sys.stderr))
-        cfg = make_config(args.method or "", scale, **parse_overrides(args.set))
+        cfg = make_config(args.method or "", scale, **parse_overrides(args.set),
+                          **({"device": args.device} if args.device else {}))
         from pretrain.checkpoint import latest_checkpoint
         if latest_checkpoint(Path(args.out)) is not None:
             raise UsageError(f"{args.out} already holds checkpoints; pass --resume or choose another --out")

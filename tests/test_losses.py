@@ -485,3 +485,21 @@ def test_turnopd_at_alpha_zero_is_exactly_vanilla_opd_and_blends_linearly():
     parts = sum(L.turnopd_loss(per[lo:lo + 2], turn[lo:lo + 2], mask[lo:lo + 2], 0.3, n_tok, n_eps)
                 for lo in range(0, mask.shape[0], 2))
     assert torch.allclose(parts, mid, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["full", "tail", "renormalized", "union-tail"])
+def test_a_student_equal_to_its_teacher_gets_exactly_zero_gradient(kind):
+    """Self-distillation must be a no-op: float noise in the gradient (the analytically-zero
+    d log p part) would be scaled by Adam into learning-rate-sized steps."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 4, 50, generator=g) * 3           # float32, as in training
+    s = logits.clone().requires_grad_(True)
+    mask = torch.ones(3, 4)
+    if kind == "full":
+        kl = L.reverse_kl_full(s, logits.clone(), mask)
+    else:
+        est = "tail" if kind != "renormalized" else "renormalized"
+        kl = L.reverse_kl_topk(s, mask, 5, teacher_logits=logits.clone(), estimator=est,
+                               support="union" if kind == "union-tail" else "teacher")
+    kl.sum().backward()
+    assert float(kl.abs().max()) == 0.0 and float(s.grad.abs().max()) == 0.0
