@@ -2,7 +2,9 @@
 
 * Tables 6-7 / Figs. 17-21 — one "Instruct" student over fa+lf+ea (4 Opt:4 Sub) distils three
   one-domain teachers in the cascade fa -> lf -> ea, in three regimes of teacher patterns
-  (`posttrain.teachers.REGIMES`: shared & compatible, shared & conflicting, nothing shared).  Each
+  (`posttrain.teachers.REGIMES`: Types I-III, shared by all / by neighbours / by none, all optimal
+  templates, plus the reviewers' controls: the shared template withheld from one teacher, and a
+  randomly drawn shared template).  Each
   stage is scored on every domain, so the tables show what a later teacher does to an earlier
   domain; the pattern heatmaps show which teacher's planning patterns survive the cascade.
 * Fig. 22 — PCA and pairwise L2 distances of Instruct, the three MOPD stages and the three

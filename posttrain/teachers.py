@@ -9,10 +9,15 @@ distillation compares next-token distributions over one shared vocabulary.
     python -m posttrain.teachers --student runs/pretrain-fa-small --recipe B --out runs/teacher-B
     python -m posttrain.teachers --student RUN --regime shared_compatible --domain lf --out runs/teacher-lf
 
-MOPD regimes (paper Tables 6-7, our construction of "which patterns each domain teacher uses"):
-  shared_compatible   every teacher has T1, plus one other optimal pattern of its own
-  shared_conflict     every teacher has T1, plus one suboptimal pattern of its own
-  no_shared_conflict  no pattern in common; each teacher mixes its own optimal and suboptimal pattern
+MOPD regimes (paper Tables 6-7, our construction of "which patterns each domain teacher uses").
+Every teacher uses optimal templates only (T1-T4), so the regimes differ in how the templates
+are shared, never in trajectory quality:
+  shared_compatible   Type I: every teacher has T1, plus one other template of its own
+  shared_conflict     Type II: neighbours in the cascade share a template, no template is shared by all
+  no_shared_conflict  Type III: one template per teacher, none in common
+  withheld_shared     control: as shared_compatible, but T1 is withheld from the last teacher
+  random_shared       control: which template all teachers share, and their own ones, drawn at random
+                      (seeded), so the shared mode is not always the same hand-picked T1
 """
 from __future__ import annotations
 
@@ -24,12 +29,23 @@ from pathlib import Path
 
 from planning_gym.config import ConfigError, CorpusConfig
 from planning_gym.corpus import write_corpus
+from planning_gym.patterns import OPTIMAL
+from planning_gym.rng import stream
 from planning_gym.world import DomainError
+
+def _random_shared() -> dict[str, str]:
+    rng = stream(0, "mopd", "random_shared")
+    shared = rng.choice(OPTIMAL)
+    own = rng.sample([p for p in OPTIMAL if p != shared], 3)
+    return {d: f"{shared}+{o}" for d, o in zip(("fa", "lf", "ea"), own)}
+
 
 REGIMES: dict[str, dict[str, str]] = {
     "shared_compatible": {"fa": "T1+T2", "lf": "T1+T3", "ea": "T1+T4"},
-    "shared_conflict": {"fa": "T1+D1", "lf": "T1+D2", "ea": "T1+D3"},
-    "no_shared_conflict": {"fa": "T2+D1", "lf": "T3+D2", "ea": "T4+D3"},
+    "shared_conflict": {"fa": "T1+T2", "lf": "T2+T3", "ea": "T3+T4"},
+    "no_shared_conflict": {"fa": "T2", "lf": "T3", "ea": "T4"},
+    "withheld_shared": {"fa": "T1+T2", "lf": "T1+T3", "ea": "T4"},
+    "random_shared": _random_shared(),
 }
 
 

@@ -298,3 +298,20 @@ def test_process_reward_handles_a_turn_cut_by_the_token_budget():
     assert rewards.shape == (2, 3) and rewards[0, :2].tolist() == [1.0, 1.0] and rewards[0, 2] == 0
     adv = losses.process_advantages(rewards, turn, mask, torch.tensor([0, 0]))
     assert adv.shape == (2, 3) and torch.isfinite(adv).all()
+
+
+def test_mopd_regimes_differ_in_sharing_only_never_in_quality():
+    from planning_gym.patterns import OPTIMAL, mixture_weights
+    from posttrain.teachers import REGIMES
+    sets = {r: {d: set(mixture_weights(p)) for d, p in teachers.items()} for r, teachers in REGIMES.items()}
+    for teachers in sets.values():
+        assert all(s <= set(OPTIMAL) for s in teachers.values())        # optimal templates only
+    common = {r: set.intersection(*t.values()) for r, t in sets.items()}
+    assert common["shared_compatible"] == {"T1"} and len(common["random_shared"]) == 1
+    assert common["shared_conflict"] == set() and common["no_shared_conflict"] == set()
+    pairs = sets["shared_conflict"]
+    assert pairs["fa"] & pairs["lf"] and pairs["lf"] & pairs["ea"]     # neighbours in the cascade share one
+    assert not any(a & b for a, b in [(sets["no_shared_conflict"][x], sets["no_shared_conflict"][y])
+                                      for x, y in (("fa", "lf"), ("lf", "ea"), ("fa", "ea"))])
+    withheld = sets["withheld_shared"]
+    assert "T1" in withheld["fa"] & withheld["lf"] and "T1" not in withheld["ea"]
