@@ -78,7 +78,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .corpus import CorpusError, read_split as load_rows, read_worlds as load_worlds, select_rows
+from .corpus import CorpusError, read_split as load_rows, read_worlds as load_worlds, row_task, select_rows
 from .env import EVAL_STEP_LIMIT, PlanningEnv, Task, apply_action
 from .solver import Solver
 from .world import World
@@ -326,16 +326,7 @@ def _difficulties(difficulties: Sequence[str] | None) -> list[str] | None:
     return None if len(chosen) == len(DIFFICULTIES) else chosen
 
 
-def _task(worlds: dict, row: dict) -> tuple[World, Task]:
-    from .trajectory import RowError, task_of_row
-
-    world = worlds.get((row.get("domain"), row.get("recipe")))
-    if world is None:
-        raise BaselineError(f"row {row.get('id')}: no rules for domain {row.get('domain')!r} recipe {row.get('recipe')!r}")
-    try:
-        return world, task_of_row(world, row)
-    except RowError as exc:
-        raise BaselineError(str(exc)) from None
+_task = row_task
 
 
 # ----- running the baselines ------------------------------------------------------------------------------

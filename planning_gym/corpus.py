@@ -344,6 +344,18 @@ def read_split(corpus_dir, split: str, required: bool = True) -> list[dict]:
         raise CorpusError(f"cannot read {path}: {exc}") from None
 
 
+def row_task(worlds: dict, row: dict) -> tuple[World, Task]:
+    """The (world, task) of a corpus row, from the worlds `read_worlds` returned."""
+    from .trajectory import RowError
+    world = worlds.get((row.get("domain"), row.get("recipe")))
+    if world is None:
+        raise CorpusError(f"row {row.get('id')}: no rules for domain {row.get('domain')!r} recipe {row.get('recipe')!r}")
+    try:
+        return world, task_of_row(world, row)
+    except RowError as exc:
+        raise CorpusError(str(exc)) from None
+
+
 def select_rows(rows: list[dict], max_per_cell: int | None, difficulties=None) -> list[dict]:
     """The first ``max_per_cell`` rows of each (domain, difficulty) cell, in file order (only the
     ``difficulties`` bins when given): the one selection models and baselines are scored on."""

@@ -60,14 +60,10 @@ def load_rows(corpus_dir: Path, split: str) -> list[dict]:
 
 
 def task_for_row(worlds: dict, row: dict):
-    from planning_gym.trajectory import RowError, task_of_row
-
-    world = worlds.get((row.get("domain"), row.get("recipe")))
-    if world is None:
-        raise UsageError(f"row {row.get('id')}: no rules for domain {row.get('domain')!r} recipe {row.get('recipe')!r}")
+    from planning_gym.corpus import CorpusError, row_task
     try:
-        return world, task_of_row(world, row)
-    except RowError as exc:
+        return row_task(worlds, row)
+    except CorpusError as exc:
         raise UsageError(str(exc)) from None
 
 
