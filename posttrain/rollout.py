@@ -167,7 +167,9 @@ def rollout(policy: Policy, tokenizer, tasks: Sequence[tuple[World, Task]], conf
     caps = list(max_turns) if isinstance(max_turns, Sequence) else [max_turns] * len(tasks)
     if len(caps) != len(tasks) or any(c is not None and c < 1 for c in caps):
         raise ValueError("max_turns must be positive, one value or one per task")
-    stop_ids = (special.env, special.eos)
+    # ENV closes a turn; EOS ends the episode; an AGENT marker the policy writes inside a turn
+    # also closes it (it is the policy's token, trained on; an ENV is added after it, as after a cut)
+    stop_ids = (special.env, special.eos, special.agent)
     start = time.perf_counter()
     policy.reset()
     episodes: list[Episode] = []
@@ -213,13 +215,14 @@ def rollout(policy: Policy, tokenizer, tasks: Sequence[tuple[World, Task]], conf
         texts = [decode(tokenizer, t.ids[:-1] if t.stopped else t.ids) for t in ended.values()]
         for i, text in zip(live_rows, texts):
             t, e, env = ended[i], episodes[i], envs[i]
-            cut_by_budget = not t.stopped and len(t.ids) < cfg.max_turn_tokens
+            closed = t.ids[-1] if t.stopped else None
             e._extend(t.ids, t.logprobs, t.sample_logprobs, turn=e.n_turns)
-            if cut_by_budget:                                         # the total budget ran out
+            needs_env = closed not in (special.env, special.eos)      # cut by the budget, or closed by AGENT
+            if needs_env and len(e.ids) >= cfg.max_total_tokens:     # no room left for the ENV marker
                 e.stop_reason = "max_total_tokens"
                 finished.append(i)
                 continue
-            if not t.stopped:                                         # cut by max_turn_tokens
+            if needs_env:
                 e._extend([special.env])
             action = parse_action(text)
             obs, _, terminated, truncated, info = env.step(action if action is not None else text)
@@ -228,7 +231,7 @@ def rollout(policy: Policy, tokenizer, tasks: Sequence[tuple[World, Task]], conf
             e.valid.append(bool(info["valid"]))
             e.observations.append(obs)
             e.success = bool(terminated)
-            if t.stopped and t.ids[-1] == special.eos:
+            if closed == special.eos:
                 e.stop_reason = "success" if terminated else "eos"
             elif terminated:
                 e.stop_reason = "success"
@@ -236,13 +239,14 @@ def rollout(policy: Policy, tokenizer, tasks: Sequence[tuple[World, Task]], conf
                 e.stop_reason = "step_limit"
             elif caps[i] is not None and e.n_turns >= caps[i]:
                 e.stop_reason = "turn_cap"
-            stepped.append((i, obs, not t.stopped))
+            stepped.append((i, obs, needs_env))
         cont, chunks = [], []
         for (i, obs, cut), ids in zip(stepped, encode_batch(tokenizer, [o for _, o, _ in stepped])):
             e = episodes[i]
             if e.stop_reason:
-                if e.stop_reason != "eos" and len(e.ids) + len(ids) <= cfg.max_total_tokens:
-                    e._extend(ids)                                    # final observation, no AGENT
+                # the final observation, no AGENT; after an EOS the episode's text has ended
+                if e.ids[-1] != special.eos and len(e.ids) + len(ids) <= cfg.max_total_tokens:
+                    e._extend(ids)
                 finished.append(i)
             elif len(e.ids) + len(ids) + 2 > cfg.max_total_tokens:    # no room for AGENT + one token
                 e.stop_reason = "max_total_tokens"

@@ -171,6 +171,32 @@ def test_scripted_turns_valid_invalid_and_eos(assets):
     assert b.ids[-1] == special.eos and b.mask[-1] == 1 and b.turn[-1] == 1
 
 
+def test_engine_edges_agent_marker_eos_success_and_exact_budget(assets):
+    """An AGENT the policy writes inside a turn closes it (an ENV follows, as after a cut); a turn
+    closed by EOS that reaches the goal ends the text at the EOS (no observation without an ENV);
+    no episode is ever longer than max_total_tokens."""
+    special, tok = assets["special"], assets["tokenizer"]
+    j = next(i for i, g in enumerate(assets["gold"]) if len(g) == 1)
+    action = lambda i: encode(tok, "Action: " + assets["gold"][i][0])              # noqa: E731
+    lines = {0: [action(0) + [special.agent]], 1: [action(j) + [special.eos]]}
+
+    def script(i, k, obs):
+        return lines[i][k] if k < len(lines[i]) else None
+
+    ro, _ = play(assets, script=script, step_limit=2, max_turn_tokens=24,
+                 tasks=[assets["tasks"][0], assets["tasks"][j]])
+    a, b = ro.episodes
+    k = a.ids.index(special.agent, len(encode(tok, a.observations[0])) + 2)     # the policy's AGENT
+    assert a.mask[k] == 1 and a.turn[k] == 0 and a.ids[k + 1] == special.env and a.mask[k + 1] == 0
+    assert a.actions[0] == assets["gold"][0][0] and a.valid[0]
+    assert b.success and b.stop_reason == "success" and b.ids[-1] == special.eos and b.mask[-1] == 1
+    from planning_gym.env import PlanningEnv
+    first = max(len(encode(tok, PlanningEnv(w).reset(options={"task": t})[0])) for w, t in assets["tasks"][:6])
+    for total in range(first + 3, first + 60, 7):
+        ro, _ = play(assets, n=6, temperature=1.0, max_turn_tokens=8, max_total_tokens=total, seed=total)
+        assert all(len(e.ids) <= total for e in ro.episodes), total
+
+
 def test_gold_script_succeeds_and_masks_mark_policy_tokens(assets):
     ro, _ = play(assets, script=gold_script(assets), step_limit=20)
     tok, special = assets["tokenizer"], assets["special"]
