@@ -115,6 +115,16 @@ class PosttrainConfig:
                              f"{', '.join(TOPK_ESTIMATORS)}")
         if self.topk < 0 or self.lr <= 0:
             raise UsageError("topk must be >= 0 and lr > 0")
+        import math
+        reals = ("lr", "weight_decay", "grad_clip", "temperature", "clip_eps", "kl_coef", "process_weight",
+                 "entropy_coef", "ema_alpha")
+        bad = [n for n in reals if not math.isfinite(getattr(self, n))]
+        if bad:
+            raise UsageError(f"{', '.join(bad)} must be finite numbers")
+        if self.grad_clip <= 0 or self.temperature <= 0 or self.clip_eps <= 0 or self.kl_coef < 0 \
+                or self.weight_decay < 0 or not 0 <= self.ema_alpha <= 1:
+            raise UsageError("grad_clip, temperature and clip_eps must be positive, kl_coef and weight_decay "
+                             ">= 0, ema_alpha in [0, 1]")
         comma_list(self.difficulties, DIFFICULTIES, "difficulties")
         comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties")
         if not self.eval_split_list:

@@ -294,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("k", "step_limit", "max_turn_tokens", "batch_size", "max_tasks_per_cell", "max_total_tokens"):
             if getattr(args, name) is not None and getattr(args, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        if args.temperature < 0 or not 0 < args.top_p <= 1:
-            raise UsageError("need --temperature >= 0 and 0 < --top-p <= 1")
+        if not 0 <= args.temperature < float("inf") or not 0 < args.top_p <= 1:    # NaN fails both
+            raise UsageError("need a finite --temperature >= 0 and 0 < --top-p <= 1")
         if args.device == "cuda" and not torch.cuda.is_available():
             raise UsageError("--device cuda given but no CUDA device is available")
         if args.model and not args.data:

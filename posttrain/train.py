@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import random
 import sys
 import time
@@ -304,6 +305,10 @@ class Trainer:
                     t_update += time.perf_counter() - t1
                 t1 = time.perf_counter()
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+                if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
+                    raise UsageError(f"the loss or its gradient is not finite at step {self.step + 1} "
+                                     f"(loss {total_loss}, gradient norm {grad_norm}); nothing was saved "
+                                     f"from this step: lower lr or check the teacher")
                 self.optimizer.step()
                 self.scheduler.step()
                 n_updates += 1

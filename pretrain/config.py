@@ -93,6 +93,14 @@ class PretrainConfig:
             raise UsageError("block_size exceeds max_position_embeddings")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.warmup_steps >= 0):
             raise UsageError("need lr > 0, 0 <= min_lr_ratio <= 1, warmup_steps >= 0")
+        import math
+        finite = ("lr", "weight_decay", "adam_eps", "grad_clip", "init_std", "rope_theta", "rms_norm_eps")
+        bad = [n for n in finite if not math.isfinite(getattr(self, n))]
+        if bad:
+            raise UsageError(f"{', '.join(bad)} must be finite numbers")
+        if self.grad_clip <= 0 or self.init_std <= 0 or self.adam_eps <= 0 or self.weight_decay < 0:
+            raise UsageError("grad_clip, init_std and adam_eps must be positive and weight_decay >= 0 "
+                             "(a negative clip would turn descent into ascent)")
         return self
 
     def grad_accum(self, world_size: int) -> int:

@@ -116,7 +116,7 @@ def test_evaluate_function_summary(assets):  # noqa: F811
 
 
 @pytest.mark.parametrize("case", ["missing_run", "no_checkpoint", "corrupt_checkpoint", "unknown_corpus",
-                                  "model_without_data", "bad_k", "bad_split", "bad_difficulty"])
+                                  "model_without_data", "bad_k", "bad_split", "bad_difficulty", "nan_temperature"])
 def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
     ckpt = run_dir / "checkpoints" / "step_000001"
     args = ["--run", str(run_dir), *FAST]
@@ -136,6 +136,8 @@ def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
         args += ["--splits", "ID,train"]
     elif case == "bad_difficulty":
         args += ["--difficulties", "long,longest"]
+    elif case == "nan_temperature":
+        args += ["--temperature", "nan"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]

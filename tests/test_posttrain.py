@@ -254,6 +254,8 @@ def test_teacher_with_another_vocabulary_is_refused(student, tmp_path):
     (["--method", "opd"], "needs --teacher"),
     (["--method", "grpo", "--set", "nope=1"], "--set expects"),
     (["--method", "grpo", "--set", "device=tpu"], "device must be auto, cpu or cuda"),
+    (["--method", "grpo", "--set", "lr=Infinity"], "must be finite"),
+    (["--method", "grpo", "--set", "temperature=-1"], "temperature and clip_eps must be positive"),
     pytest.param(["--method", "grpo", "--device", "cuda"], "no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")),
 ])
