@@ -79,8 +79,9 @@ class Objective:
     def advantages(self, batch: dict, records: dict, groups: Tensor, step_rewards) -> Optional[Tensor]:
         return None
 
-    def loss(self, mb: MicroBatch) -> tuple[Tensor, Optional[Tensor]]:
-        """(scalar loss of the micro-batch, per-token divergence [b, t] to log, or None)."""
+    def loss(self, mb: MicroBatch) -> tuple[Tensor, Optional[Tensor], Optional[float]]:
+        """(scalar loss of the micro-batch, per-token divergence [b, t] to log or None, share of
+        tokens the PPO clip acted on or None)."""
         raise NotImplementedError
 
     def entropy_bonus(self, mb: MicroBatch) -> Tensor:
@@ -113,7 +114,8 @@ class GRPO(Objective):
         if mb.ref_logp is not None:
             kl_tok = losses.kl_to_reference_per_token(logp, mb.ref_logp, mb.mask, cfg.kl_estimator)
             loss = loss + cfg.kl_coef * aggregate(kl_tok, mb.mask, cfg.loss_agg, mb.tokens, mb.episodes, norm_len)
-        return loss + self.entropy_bonus(mb), (None if kl_tok is None else kl_tok.detach())
+        clipped = losses.clip_fraction(logp.detach(), mb.old_logp, mb.mask, cfg.clip_eps)
+        return loss + self.entropy_bonus(mb), (None if kl_tok is None else kl_tok.detach()), clipped
 
 
 class OPD(Objective):
@@ -128,7 +130,7 @@ class OPD(Objective):
 
     def loss(self, mb):
         kl_tok = self.divergence(mb)
-        return losses.masked_token_mean(kl_tok, mb.mask, mb.tokens) + self.entropy_bonus(mb), kl_tok.detach()
+        return losses.masked_token_mean(kl_tok, mb.mask, mb.tokens) + self.entropy_bonus(mb), kl_tok.detach(), None
 
 
 class TurnOPD(OPD):
@@ -137,7 +139,7 @@ class TurnOPD(OPD):
             return super().loss(mb)
         kl_tok = self.divergence(mb)
         loss = losses.turnopd_loss(kl_tok, mb.turn, mb.mask, mb.alpha, mb.tokens, mb.episodes)
-        return loss + self.entropy_bonus(mb), kl_tok.detach()
+        return loss + self.entropy_bonus(mb), kl_tok.detach(), None
 
 
 OBJECTIVES: dict[str, type[Objective]] = {"grpo": GRPO, "opd": OPD, "turnopd": TurnOPD, "tcod": OPD}

@@ -143,14 +143,15 @@ class Trainer:
         if not (self.data / "posttrain.jsonl").is_file():
             raise UsageError(f"corpus {self.data} has no posttrain.jsonl (pass --data)")
         self.teacher = None
-        if OBJECTIVES[cfg.method].needs_teacher:
+        self.objective = OBJECTIVES[cfg.method](cfg)
+        if self.objective.needs_teacher:
             if teacher_dir is None:
                 raise UsageError(f"--method {cfg.method} needs --teacher")
             self.teacher, teacher_tok, _ = load_model_and_tokenizer(run_dir=teacher_dir)
             check_same_vocabulary(self.tokenizer, teacher_tok, self.model, self.teacher)
             self.teacher.to(self.device).eval().requires_grad_(False)
         self.reference = None
-        if OBJECTIVES[cfg.method](cfg).needs_reference:
+        if self.objective.needs_reference:
             self.reference, _, _ = load_model_and_tokenizer(run_dir=student_dir)
             self.reference.to(self.device).eval().requires_grad_(False)
         worlds = load_worlds(self.data)
@@ -256,7 +257,7 @@ class Trainer:
         rec = next_token_records(batch)
         mask, turn, old = rec["mask"], rec["turn"], rec["old"]
         n_tokens, n_eps = int(mask.sum()), ids.shape[0]
-        objective = OBJECTIVES[cfg.method](cfg)
+        objective = self.objective
         t1 = time.perf_counter()
         step_rewards = None
         if cfg.method == "grpo" and cfg.process_weight:
@@ -292,16 +293,15 @@ class Trainer:
                     mb = MicroBatch(logits, rec["targets"][sl], mask[sl], turn[sl], old[sl],
                                     None if advantages is None else advantages[sl], teacher_logits, ref_logp,
                                     part_tokens, len(part), alpha)
-                    loss, divergence = objective.loss(mb)
+                    loss, divergence, clip = objective.loss(mb)
                     loss.backward()
                     if epoch == 0:
                         total_loss += float(loss.detach()) / cfg.ppo_mini_batches
                         ent_sum += float(losses.token_entropy(logits.detach(), mb.mask).sum())
                         if divergence is not None:
                             per_token_kl[sl] = divergence
-                    if advantages is not None:
-                        clipped += losses.clip_fraction(target_logp(logits.detach(), mb.targets), mb.old_logp,
-                                                        mb.mask, cfg.clip_eps) * int(mb.mask.sum())
+                    if clip is not None:
+                        clipped += clip * int(mb.mask.sum())
                     t_update += time.perf_counter() - t1
                 t1 = time.perf_counter()
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))

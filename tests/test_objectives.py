@@ -50,12 +50,14 @@ def _micro_batch(seed: int, old_shift: float = 0.0):
 def test_grpo_loss_is_the_clipped_surrogate_and_the_clip_acts_off_policy():
     cfg = make_config("grpo", "tiny")
     mb = _micro_batch(1)
-    loss, _ = OBJECTIVES["grpo"](cfg).loss(mb)
+    loss, _, clipped = OBJECTIVES["grpo"](cfg).loss(mb)
+    assert clipped == 0.0                                                  # on-policy: ratio 1
     assert float(loss) == pytest.approx(-(1.0 - 1.0 + 0.5) / 3)          # ratio 1: -mean advantage
     loss.backward()
     assert mb.logits.grad.abs().sum() > 0
     far = _micro_batch(1, old_shift=-1.0)                                  # ratio e > 1 + clip: clipped
-    loss, _ = OBJECTIVES["grpo"](cfg).loss(far)
+    loss, _, clipped = OBJECTIVES["grpo"](cfg).loss(far)
+    assert clipped == 1.0
     loss.backward()
     # positive advantages are clipped (no gradient); the negative one still pushes down
     assert far.logits.grad[0].abs().sum() == 0 and far.logits.grad[1].abs().sum() > 0
@@ -66,8 +68,8 @@ def test_entropy_bonus_lowers_the_loss_by_the_entropy():
     bonus = make_config("opd", "tiny", entropy_coef=0.1)
     mb = _micro_batch(2)
     mb.teacher_logits = torch.randn(3, 5, 7, dtype=F64)
-    a, _ = OBJECTIVES["opd"](plain).loss(mb)
-    b, _ = OBJECTIVES["opd"](bonus).loss(mb)
+    a, _, _ = OBJECTIVES["opd"](plain).loss(mb)
+    b, _, _ = OBJECTIVES["opd"](bonus).loss(mb)
     from posttrain import losses
     ent = losses.masked_token_mean(losses.token_entropy(mb.logits, mb.mask), mb.mask, 15)
     assert float(a - b) == pytest.approx(0.1 * float(ent))
