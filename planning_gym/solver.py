@@ -43,6 +43,9 @@ class Solver:
         self.world = world = world.taught          # plans use the procedures the corpus teaches
         self.budget = budget
         self._cached = lru_cache(maxsize=200_000)(self._solve)
+        # the search behind a plan length is kept for the few most recent tasks: the sampler asks
+        # for a task's shortest-plan allocations right after its length
+        self._search = lru_cache(maxsize=64)(self._search)
         # Cost of one unit from an empty inventory: exact by the recursion below, because with
         # nothing held no unit can be shared and every unit of an input is made afresh.
         self.scratch_cost = [0.0] * world.n_items

@@ -34,6 +34,7 @@ reserved item to be held, or goes around it.
 from __future__ import annotations
 
 from collections import Counter
+from functools import cached_property
 
 import numpy as np
 
@@ -224,13 +225,10 @@ class TaskSampler:
                 inv[rng.choice(others)] += 1
         return Task(goal, tuple(sorted(inv.items())))
 
-    @property
+    @cached_property
     def reserved_pairs(self) -> list[tuple[int, int]]:
-        if not hasattr(self, "_reserved_pairs"):
-            w = self.taught
-            self._reserved_pairs = [(g, i) for g in self.goals for i in sorted(w.ancestors[g])
-                                    if not w.is_base(i) and self.reserved(g, i)]
-        return self._reserved_pairs
+        w = self.taught
+        return [(g, i) for g in self.goals for i in sorted(w.ancestors[g]) if not w.is_base(i) and self.reserved(g, i)]
 
     def _path_to(self, goal: int, target: int, rng) -> dict[int, int]:
         """A random chain of rules from ``goal`` down to ``target``: {item: rule to make it by}."""

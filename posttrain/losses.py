@@ -42,7 +42,6 @@ __all__ = [
     "kl_to_reference_loss",
     "token_entropy",
     "reverse_kl_full",
-    "student_topk_indices",
     "topk_indices",
     "teacher_topk_logprobs",
     "TOPK_SUPPORTS",
@@ -304,15 +303,12 @@ TOPK_ESTIMATORS = ("tail", "renormalized", "truncated")
 
 
 @torch.no_grad()
-def student_topk_indices(student_logits: Tensor, k: int) -> Tensor:
-    """Vocabulary ids of the k most likely tokens at every position ``[B, T, k]`` (of the student,
-    or of any logits passed in: the teacher's, for a teacher-side support)."""
-    if not 1 <= k <= student_logits.shape[-1]:
-        raise ValueError(f"k={k} must lie in [1, vocab size {student_logits.shape[-1]}]")
-    return torch.topk(student_logits, k, dim=-1).indices
-
-
-topk_indices = student_topk_indices
+def topk_indices(logits: Tensor, k: int) -> Tensor:
+    """Vocabulary ids of the k most likely tokens at every position ``[B, T, k]`` (of the student
+    or of the teacher: the support of a top-k KL)."""
+    if not 1 <= k <= logits.shape[-1]:
+        raise ValueError(f"k={k} must lie in [1, vocab size {logits.shape[-1]}]")
+    return torch.topk(logits, k, dim=-1).indices
 
 
 @torch.no_grad()

@@ -355,7 +355,7 @@ def test_topk_gradient_support_and_teacher_is_detached():
     with pytest.raises(ValueError):
         L.reverse_kl_topk(d["student"], d["mask"], 2, teacher_logits=t, support="both")
     with pytest.raises(ValueError):
-        L.student_topk_indices(d["student"], 99)
+        L.topk_indices(d["student"], 99)
 
 
 def test_full_kl_gradient_matches_finite_differences():
