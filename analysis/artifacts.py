@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planning_gym.config import CorpusConfig
-from posttrain.constants import EVAL_K
+from planning_gym.constants import EVAL_K
 
 # Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
 # (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
@@ -202,7 +202,7 @@ class Store:
         """avg@8 / pass@8 of a run (its final checkpoint) or of a checkpoint folder, on ``corpus``'s
         test splits (default: the corpus the model was trained on). Cached under ``eval/``; an
         evaluation that covers more splits or difficulty bins than asked for is reused."""
-        from posttrain.evaluate import evaluate, load_model_and_tokenizer
+        from engine.evaluate import evaluate, load_model_and_tokenizer
         model = Path(model)
         reused = corpus is None and self._final_eval(model, splits, difficulties)
         if reused:

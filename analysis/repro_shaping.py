@@ -25,7 +25,7 @@ from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_map
 from analysis.measures import kl_group_summary, paired_difference, region_labels, token_kl_frame
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
-from posttrain.constants import PHYSICS_OPD_TOPK
+from planning_gym.constants import PHYSICS_OPD_TOPK
 
 DIFFS = ("short", "mid", "long")
 QUALITIES = ("4opt", "4opt4sub", "4opt8sub")
@@ -231,9 +231,9 @@ def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str,
     import torch
 
     from posttrain import losses
-    from posttrain.backend import HFPolicy
-    from posttrain.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
-    from posttrain.rollout import RolloutConfig, rollout
+    from engine.backend import make_policy
+    from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
+    from engine.rollout import RolloutConfig, rollout
     from pretrain.tokenizer import special_ids
 
     worlds = load_worlds(Path(corpus))
@@ -246,7 +246,7 @@ def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str,
         model.eval()
         pad = special_ids(tok).pad
         with torch.no_grad():
-            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=seed)
+            ro = rollout(make_policy(model, "auto", pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=seed)
             b = ro.batch(pad)
             ids, attn = b["input_ids"], b["attention_mask"]
             mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]

@@ -28,7 +28,7 @@ from analysis.measures import (compare_loss_budgets, least_time_table, logs_fram
 from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
 from analysis.repro_shaping import metrics
-from posttrain.constants import TURNOPD_TOPK as TOPK     # TurnOPD's Table 7
+from planning_gym.constants import TURNOPD_TOPK as TOPK     # TurnOPD's Table 7
 
 METHODS = {"OPD": "opd", "TCOD-F2B": "tcod", "TurnOPD": "turnopd"}
 ARMS = {"vanilla OPD": dict(adaptive_depth=False, turn_blend=False),
@@ -176,13 +176,13 @@ def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, grou
     ``n_tasks`` mid/long posttrain tasks x ``group`` samples; the first model's loss-budget shares
     under alpha = 0, 0.5, 1; and each model's forced-mass proxy lambda by turn depth (a Series
     indexed by depth). Small on purpose: one rollout batch per model. ``rollout_settings`` go to
-    `posttrain.rollout.RolloutConfig` (sampling is at temperature 1, as in training)."""
+    `engine.rollout.RolloutConfig` (sampling is at temperature 1, as in training)."""
     import torch
 
     from posttrain import losses
-    from posttrain.backend import HFPolicy
-    from posttrain.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
-    from posttrain.rollout import RolloutConfig, rollout
+    from engine.backend import make_policy
+    from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
+    from engine.rollout import RolloutConfig, rollout
     from pretrain.tokenizer import special_ids
 
     tmodel, _, corpus = load_model_and_tokenizer(run_dir=teacher)
@@ -198,7 +198,7 @@ def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, grou
         model.eval()
         pad = special_ids(tok).pad
         with torch.no_grad():
-            ro = rollout(HFPolicy(model, pad), tok, tasks, RolloutConfig(temperature=1.0, **rollout_settings), seed=seed)
+            ro = rollout(make_policy(model, "auto", pad), tok, tasks, RolloutConfig(temperature=1.0, **rollout_settings), seed=seed)
             b = ro.batch(pad)
             ids, attn = b["input_ids"], b["attention_mask"]
             mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]

@@ -78,6 +78,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .constants import DIFFICULTIES
 from .corpus import CorpusError, read_split as load_rows, read_worlds as load_worlds, row_task, select_rows
 from .env import EVAL_STEP_LIMIT, PlanningEnv, Task, apply_action
 from .solver import Solver
@@ -85,7 +86,6 @@ from .world import World
 
 SPLIT_FILES = {"test_id": "ID", "test_ood": "OOD"}
 TRAIN_FILES = ("pretrain", "posttrain")
-DIFFICULTIES = ("short", "mid", "long")
 BASELINES = ("always-gather", "random-valid", "recall-nearest", "recall-cascade", "recall-any", "from-empty",
              "error-reader", "error-reader+verbs", "solver")
 RANDOMISED = ("random-valid",)
@@ -429,7 +429,7 @@ def score(outcomes: list[dict], k: int) -> list[dict]:
 def baseline_rows(corpus_dir, worlds: dict, rows: Sequence[tuple[str, dict]], *, step_limit: int = EVAL_STEP_LIMIT,
                   k: int = 8, seed: int = 0) -> list[dict]:
     """`score` rows of every baseline on exactly these ``(split name, row)`` pairs (what
-    `posttrain.evaluate` selected), with the corpus's training rows as the recall memory."""
+    `engine.evaluate` selected), with the corpus's training rows as the recall memory."""
     index = TrainingIndex(training_rows(corpus_dir))
     return score(baseline_outcomes(worlds, index, rows, step_limit=step_limit, k=k, seed=seed), k)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from posttrain import constants as C
+from planning_gym import constants as C
 from pretrain.config import SCALES, UsageError
 
-DIFFICULTIES = ("short", "mid", "long")     # the corpus's horizon bins
+DIFFICULTIES = C.DIFFICULTIES
 SPLIT_NAMES = ("ID", "OOD")                 # the test splits
 
 
@@ -83,6 +83,7 @@ class PosttrainConfig:
     keep_checkpoints: int = 2        # 0: keep every checkpoint (update-direction analyses need them)
     seed: int = 0
     device: str = "auto"             # auto (cuda when present) | cpu | cuda
+    backend: str = "auto"            # rollout backend: auto (fastest correct) | lean | hf (engine.backend)
     bf16: bool = True                # bf16 autocast for the forward passes on CUDA (losses stay fp32)
 
     @property
@@ -129,6 +130,9 @@ class PosttrainConfig:
         comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties")
         if not self.eval_split_list:
             raise UsageError("eval_splits must name at least one of ID, OOD")
+        if self.backend not in ("auto", "lean", "hf"):
+            raise UsageError(f"backend must be auto, lean or hf, not {self.backend!r} (vllm serves evaluation: "
+                             "training updates the weights in place)")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"device must be auto, cpu or cuda, not {self.device!r}")
         if self.keep_checkpoints < 0:

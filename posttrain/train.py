@@ -13,7 +13,7 @@ One loop for every method (see `posttrain.config`).  Each step:
 Metrics per step go to ``RUN/metrics.jsonl`` with the wall-clock split into rollout / scoring /
 update; checkpoints hold model, optimizer, RNG and the depth controller, so ``--resume`` continues
 the same run.  The run folder looks like a pretrain run (``train_config.json``, ``summary.json``),
-so `posttrain.evaluate` and a later MOPD stage can load it as a student.
+so `engine.evaluate` and a later MOPD stage can load it as a student.
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ class Trainer:
                  data: Path | None, resume: bool):
         import torch
 
-        from posttrain.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
+        from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
         from posttrain.turnopd import DepthController
 
         self.cfg, self.out = cfg, Path(out)
@@ -230,8 +230,8 @@ class Trainer:
         import torch
 
         from posttrain import losses
-        from posttrain.backend import HFPolicy
-        from posttrain.rollout import RolloutConfig, rollout
+        from engine.backend import make_policy
+        from engine.rollout import RolloutConfig, rollout
         from posttrain.turnopd import probe_statistics
         from pretrain.tokenizer import special_ids
 
@@ -248,7 +248,7 @@ class Trainer:
                                step_limit=cfg.step_limit, batch_size=cfg.rollout_batch,
                                max_total_tokens=min(4096, self.model.config.max_position_embeddings))
         with torch.no_grad():          # the engine runs in the weights' dtype (its masks are built for it)
-            ro = rollout(HFPolicy(self.model, pad), self.tokenizer, tasks, ro_cfg,
+            ro = rollout(make_policy(self.model, cfg.backend, pad), self.tokenizer, tasks, ro_cfg,
                          seed=cfg.seed * 1_000_003 + self.step, max_turns=cap)
         batch = ro.batch(pad, self.device)
         t_rollout = time.perf_counter() - t0
@@ -332,12 +332,13 @@ class Trainer:
                 "rollout_s": t_rollout, "scoring_s": t_score, "update_s": t_update, "train_wall_s": self.train_wall}
 
     def evaluate(self) -> dict:
-        from posttrain.evaluate import evaluate
+        from engine.evaluate import evaluate
         summary = evaluate(self.model, self.tokenizer, self.data, k=self.cfg.eval_k,
                            max_tasks_per_cell=self.cfg.eval_tasks_per_cell, seed=self.cfg.seed,
                            step_limit=self.cfg.step_limit, max_turn_tokens=self.cfg.max_turn_tokens,
                            splits=self.cfg.eval_split_list, difficulties=self.cfg.eval_difficulty_list,
-                           out_dir=self.out / "eval" / f"step_{self.step:06d}", progress=False)
+                           out_dir=self.out / "eval" / f"step_{self.step:06d}", progress=False,
+                           backend=self.cfg.backend)
         k = self.cfg.eval_k
         record = {"step": self.step, "eval": True, "train_wall_s": self.train_wall}
         for split, vals in summary["overall"].items():

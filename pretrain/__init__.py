@@ -9,6 +9,5 @@ that the post-training code loads with plain `transformers`. Read the modules in
 4. `pretrain.model`       Qwen2ForCausalLM presets, parameter and FLOP counts (``python -m pretrain.model``)
 5. `pretrain.checkpoint`  atomic, pickle-free checkpoints that are also HF model folders
 6. `pretrain.train`       the trainer (``python -m pretrain.train``, also under ``torchrun``)
-7. `pretrain.bench`       packed vs padded throughput and utilisation (``python -m pretrain.bench``)
-8. `pretrain.synthetic`   a small synthetic corpus in the gym's text protocol, for tests and benches
+7. `pretrain.synthetic`   a small synthetic corpus in the gym's text protocol, for tests and benches
 """

@@ -1,7 +1,7 @@
 """Corpus reading and sequence packing for causal-LM pre-training.
 
 Why packing: trajectories range from a few dozen to over a thousand tokens. Padding each one to
-the longest in its batch wastes most of the compute on short-horizon data (see `pretrain.bench`).
+the longest in its batch wastes most of the compute on short-horizon data (see `benchmarks.train`).
 Instead every document is tokenised, followed by EOS, and all are concatenated into one stream.
 
 Blocks: block ``i`` is ``stream[i*T : i*T + T + 1]``: inputs are its first T tokens, targets the

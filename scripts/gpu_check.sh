@@ -36,7 +36,7 @@ $PY -m pretrain.train --data "$corpus" --out "$OUT/pre" --scale "$SCALE" --devic
     2>&1 | tee "$OUT/pretrain.log"
 
 log "rollouts: the engine at the $SCALE preset, beside batched generate"
-$PY -m posttrain.bench_rollout --scales "$SCALE" --device "$DEVICE" --data "$corpus" --episodes 256 \
+$PY -m benchmarks.rollout --scales "$SCALE" --device "$DEVICE" --data "$corpus" --episodes 256 \
     --baseline-episodes 16 --batch-size 256 --json "$OUT/rollout.json" 2>&1 | tee "$OUT/rollout.log"
 
 for method in opd grpo; do
@@ -50,6 +50,6 @@ for method in opd grpo; do
 done
 
 log "evaluation: one cell (short, 1 task per split, K=8)"
-$PY -m posttrain.evaluate --run "$OUT/pre" --max-tasks-per-cell 1 --difficulties short --device "$DEVICE" \
+$PY -m engine.evaluate --run "$OUT/pre" --max-tasks-per-cell 1 --difficulties short --device "$DEVICE" \
     --out "$OUT/eval" --quiet 2>&1 | tee "$OUT/eval.log"
 log "done"

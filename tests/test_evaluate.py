@@ -1,4 +1,4 @@
-"""Tests of `posttrain.evaluate`: the avg@K / pass@K arithmetic, the run-folder CLI and its errors.
+"""Tests of `engine.evaluate`: the avg@K / pass@K arithmetic, the run-folder CLI and its errors.
 
 Why: the evaluation table is the number every experiment reports, so its arithmetic is checked
 on hand-made outcomes whose answers are known, and the CLI is run end to end on a run folder
@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from posttrain.evaluate import evaluate, main, score, select_rows
+from engine.evaluate import evaluate, main, score, select_rows
 from test_rollout import assets  # noqa: F401  (session fixture: corpus, tokenizer, model)
 
 
@@ -46,7 +46,7 @@ def test_avg_and_pass_at_k_on_hand_made_outcomes():
 
 
 def test_a_failed_episode_repeating_one_action_is_stuck():
-    from posttrain.evaluate import is_stuck
+    from engine.evaluate import is_stuck
     loop = ["gather a", "gather b", "gather b", "gather b", "gather b"]
     assert is_stuck(loop, False) and not is_stuck(loop, True)          # a success is never stuck
     assert not is_stuck(loop[:4], False) and not is_stuck(["x"] * 3, False)

@@ -52,7 +52,7 @@ def test_grpo_loss_is_the_clipped_surrogate_and_the_clip_acts_off_policy():
     mb = _micro_batch(1)
     loss, _, clipped = OBJECTIVES["grpo"](cfg).loss(mb)
     assert clipped == 0.0                                                  # on-policy: ratio 1
-    assert float(loss) == pytest.approx(-(1.0 - 1.0 + 0.5) / 3)          # ratio 1: -mean advantage
+    assert float(loss.detach()) == pytest.approx(-(1.0 - 1.0 + 0.5) / 3)          # ratio 1: -mean advantage
     loss.backward()
     assert mb.logits.grad.abs().sum() > 0
     far = _micro_batch(1, old_shift=-1.0)                                  # ratio e > 1 + clip: clipped

@@ -268,7 +268,7 @@ def test_bad_input_exit_2(student, tmp_path, argv, message):
 
 
 def test_bench_update_counts_the_padding_it_saves(tmp_path):
-    from posttrain.bench_update import main as bench
+    from benchmarks.update import main as bench
     out = tmp_path / "bench.json"
     assert bench(["--scale", "tiny", "--episodes", "4", "--min-len", "20", "--max-len", "80", "--repeats", "1",
                   "--json", str(out)]) == 0
@@ -285,7 +285,7 @@ def test_process_reward_handles_a_turn_cut_by_the_token_budget():
     from planning_gym.solver import Solver
     from planning_gym.world import World
     from posttrain import losses
-    from posttrain.rollout import Episode
+    from engine.rollout import Episode
     from posttrain.train import process_rewards
     world = World.build("fa", scale_graph("tiny"), 0)
     from planning_gym.tasks import TaskSampler

@@ -1,4 +1,4 @@
-"""Tests of the packed-vs-padded benchmark (``python -m pretrain.bench``), at a tiny size.
+"""Tests of the packed-vs-padded benchmark (``python -m benchmarks.train``), at a tiny size.
 
 Why: the benchmark backs the trainer's systems claim, so its bookkeeping must be right (useful
 tokens, pad fraction, FLOP accounting, utilisation against the measured peak) and its table must
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pretrain.bench", "--scale", "tiny", "--steps", "3", "--warmup", "1",
+        [sys.executable, "-m", "benchmarks.train", "--scale", "tiny", "--steps", "3", "--warmup", "1",
          "--block-size", "512", "--micro-batch", "2", "--docs", "300", "--peak-seconds", "0.2", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

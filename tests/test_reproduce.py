@@ -115,10 +115,10 @@ def test_a_posttrain_runs_own_final_evaluation_is_reused_only_under_the_same_pro
 
 
 def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, monkeypatch):
-    import posttrain.evaluate
+    import engine.evaluate
     calls = []
-    monkeypatch.setattr(posttrain.evaluate, "load_model_and_tokenizer", lambda run_dir: (None, None, tmp_path))
-    monkeypatch.setattr(posttrain.evaluate, "evaluate", lambda *a, **kw: calls.append(kw) or {"fresh": True})
+    monkeypatch.setattr(engine.evaluate, "load_model_and_tokenizer", lambda run_dir: (None, None, tmp_path))
+    monkeypatch.setattr(engine.evaluate, "evaluate", lambda *a, **kw: calls.append(kw) or {"fresh": True})
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
     model = tmp_path / "model"
     out = store._eval_dir(model, None)

@@ -28,7 +28,7 @@ from analysis.artifacts import EVAL_K, Store
 from analysis.params import load_state_dict
 from analysis.report import cell_text
 from analysis.repro_merge import final_checkpoint
-from posttrain.evaluate import DIFFICULTIES as DIFFS, PATTERN_COLUMNS, score
+from engine.evaluate import DIFFICULTIES as DIFFS, PATTERN_COLUMNS, score
 from posttrain.teachers import REGIMES
 from pretrain.tokenizer import save_tokenizer
 from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, tokenizer, random model)
@@ -65,7 +65,7 @@ def corpus_of(model: Path) -> Path:
 
 
 def write_evaluation(out: Path, key: str, corpus: Path, tasks_per_cell: int, seed: int) -> dict:
-    """summary.json and samples.jsonl as `posttrain.evaluate.evaluate` writes them, with outcomes
+    """summary.json and samples.jsonl as `engine.evaluate.evaluate` writes them, with outcomes
     drawn from `successes`; the domains are the corpus's (its name starts with them)."""
     outcomes = []
     for domain, split, diff, t in itertools.product(corpus.name.split("-")[0].split("+"), ("ID", "OOD"), DIFFS,

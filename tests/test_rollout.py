@@ -1,4 +1,4 @@
-"""Tests of the batched multi-turn rollout engine (`posttrain.rollout`, `posttrain.backend`).
+"""Tests of the batched multi-turn rollout engine (`engine.rollout`, `engine.backend`).
 
 Why: GRPO, OPD and TurnOPD train on exactly these records, so they must be right to the
 token: the log-probs recorded while sampling with a ragged, compacted KV cache must equal one
@@ -21,8 +21,8 @@ import torch
 from planning_gym.make_data import main as make_data
 from planning_gym.trajectory import task_of_row
 from planning_gym.world import World
-from posttrain.backend import HFPolicy, SamplingParams, sample_tokens
-from posttrain.rollout import RolloutConfig, rollout
+from engine.backend import HFPolicy, SamplingParams, sample_tokens
+from engine.rollout import RolloutConfig, rollout
 from pretrain.config import make_config
 from pretrain.data import read_texts
 from pretrain.model import build_model

@@ -8,6 +8,9 @@ TurnOPD (its Table 7): ``distill_topk = 50``, the *teacher's* top-K support; pro
 steps after 3 warm-up steps; EMA 0.3 on the probe statistics; depth cap within [1, 20] turns.
 """
 from planning_gym.env import EVAL_STEP_LIMIT
+from planning_gym.tasks import BINS
+
+DIFFICULTIES = tuple(BINS)              # ("short", "mid", "long"): the corpus's horizon bins
 
 EVAL_K = 8
 EVAL_TEMPERATURE = 0.4

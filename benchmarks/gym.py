@@ -12,12 +12,12 @@ import argparse
 import random
 import time
 
-from .config import CorpusConfig, scale_graph
-from .corpus import render_rows, sample_pools
-from .env import PlanningEnv, Task
-from .reference_env import reference_step
-from .trajectory import verify_row
-from .world import World
+from planning_gym.config import CorpusConfig, scale_graph
+from planning_gym.corpus import render_rows, sample_pools
+from planning_gym.env import PlanningEnv, Task
+from planning_gym.reference_env import reference_step
+from planning_gym.trajectory import verify_row
+from planning_gym.world import World
 
 TARGET_STEPS_PER_S = 10_000
 
@@ -90,7 +90,7 @@ def bench_verify(scale: str, n_rows: int, processes: int = 2) -> tuple[float, fl
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m planning_gym.bench")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gym")
     p.add_argument("--steps", type=int, default=200_000)
     p.add_argument("--rows", type=int, default=6000)
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Throughput benchmark of the packed trainer: ``python -m pretrain.bench``.
+"""Throughput benchmark of the packed trainer: ``python -m benchmarks.train``.
 
 Why this exists: packing is the trainer's main systems claim, so it is measured, in one run, on
 one model and one corpus, against the plain Hugging Face recipe (one trajectory per row, padded
@@ -14,7 +14,7 @@ loss, the model's own loss). A padded batch holds about as many real tokens as a
 The two trainers step alternately and the figures are medians over the timed steps, which keeps
 them stable on a shared machine.
 
-    python -m pretrain.bench [--data data/fa-small] [--scale small] [--steps 8] [--device cpu|cuda]
+    python -m benchmarks.train [--data data/fa-small] [--scale small] [--steps 8] [--device cpu|cuda]
         [--json bench/pretrain.json]
 """
 from __future__ import annotations
@@ -156,7 +156,7 @@ def format_table(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     from pretrain.config import SCALES, UsageError
 
-    p = argparse.ArgumentParser(prog="python -m pretrain.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="corpus folder (default: a synthetic corpus made on the fly)")
     p.add_argument("--scale", default="small", choices=SCALES)
     p.add_argument("--steps", type=int, default=8, help="timed steps per trainer")

@@ -2,11 +2,11 @@
 
 Why this exists: it is the last stage of ``make pretrain`` and the yardstick of every
 post-training method (SPEC section 5): K=8 samples per test task at temperature 0.4 with the
-environment's step limit of 20, played by the batched rollout engine (`posttrain.rollout`).
+environment's step limit of 20, played by the batched rollout engine (`engine.rollout`).
 
-    python -m posttrain.evaluate --run RUN_DIR [--data CORPUS_DIR] [--k 8] [--temperature 0.4]
+    python -m engine.evaluate --run RUN_DIR [--data CORPUS_DIR] [--k 8] [--temperature 0.4]
         [--max-tasks-per-cell N] [--step-limit 20] [--batch-size 64] [--out DIR] [--device auto]
-    python -m posttrain.evaluate --model CHECKPOINT_DIR --data CORPUS_DIR ...
+    python -m engine.evaluate --model CHECKPOINT_DIR --data CORPUS_DIR ...
 
 A run folder of `pretrain.train` holds ``train_config.json`` (its ``data`` is the corpus),
 ``summary.json`` (its ``checkpoint`` is the final one) and ``checkpoints/step_*/`` (model and
@@ -33,8 +33,8 @@ from typing import Sequence
 
 from planning_gym.corpus import select_rows
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
-from posttrain import constants as C
-from posttrain.config import DIFFICULTIES
+from planning_gym import constants as C
+from planning_gym.constants import DIFFICULTIES
 from pretrain.config import UsageError
 
 SPLITS = {"test_id": "ID", "test_ood": "OOD"}
@@ -177,14 +177,15 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
              top_p: float = 1.0, step_limit: int = C.STEP_LIMIT, max_tasks_per_cell: int | None = None, batch_size: int = 64,
              max_turn_tokens: int = 192, max_total_tokens: int | None = None, seed: int = 0,
              splits: Sequence[str] = ("ID", "OOD"), difficulties: Sequence[str] | None = None, out_dir=None,
-             progress: bool = True) -> dict:
+             progress: bool = True, backend: str = "auto") -> dict:
     """Evaluate ``model`` on the corpus's test_id / test_ood tasks (``splits``: the ones to run,
     e.g. only the target split ``("ID",)``, at half the cost; ``difficulties``: only these bins,
-    default all); write files to ``out_dir`` when given; return the summary (also ``summary.json``)."""
+    default all); ``backend``: the rollout backend (`engine.backend.make_policy`; ``auto`` = the fastest
+    correct one); write files to ``out_dir`` when given; return the summary (also ``summary.json``)."""
     from tqdm import tqdm
 
-    from posttrain.backend import HFPolicy
-    from posttrain.rollout import RolloutConfig, rollout
+    from engine.backend import make_policy
+    from engine.rollout import RolloutConfig, rollout
     from pretrain.tokenizer import special_ids
 
     if k < 1:
@@ -211,7 +212,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
     limit = max_total_tokens or min(4096, getattr(model.config, "max_position_embeddings", 4096))
     cfg = RolloutConfig(temperature=temperature, top_p=top_p, max_turn_tokens=max_turn_tokens, step_limit=step_limit,
                         max_total_tokens=limit, batch_size=batch_size)
-    policy = HFPolicy(model, special_ids(tokenizer).pad)
+    policy = make_policy(model, backend, special_ids(tokenizer).pad, max_num_seqs=batch_size)
     bar = tqdm(total=len(tasks) * k, desc="evaluate", unit="episode", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, mininterval=1.0)
     ro = rollout(policy, tokenizer, [t for t in tasks for _ in range(k)], cfg, seed=seed, progress=bar.update)
@@ -240,6 +241,7 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
                "max_turn_tokens": max_turn_tokens, "max_total_tokens": limit, "seed": seed,
                "max_tasks_per_cell": max_tasks_per_cell, "splits": list(splits), "difficulties": difficulties,
                "tasks": len(tasks), "episodes": len(outcomes), "seconds": ro.seconds,
+               "backend": type(policy).__name__,
                "generated_tokens": ro.generated_tokens, "overall": overall, "table": table, "baselines": base_rows}
     if out_dir is not None:
         out = Path(out_dir)
@@ -265,7 +267,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m posttrain.evaluate", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m engine.evaluate", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="a pretrain run folder")
     src.add_argument("--model", help="a checkpoint folder (model + tokenizer); needs --data")
@@ -283,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--difficulties", help="comma-separated bins to run (short, mid, long; default all)")
     p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--backend", default="auto", help="rollout backend: auto (fastest correct), lean, hf, vllm")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     try:
         args = p.parse_args(argv)
@@ -298,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("need a finite --temperature >= 0 and 0 < --top-p <= 1")
         if args.device == "cuda" and not torch.cuda.is_available():
             raise UsageError("--device cuda given but no CUDA device is available")
+        from engine.backend import BACKENDS
+        if args.backend not in BACKENDS:
+            raise UsageError(f"unknown --backend {args.backend!r}; choose from {', '.join(BACKENDS)}")
+        if args.backend == "vllm":
+            from engine.vllm_backend import VLLMUnavailable, vllm_available
+            if not vllm_available():
+                raise VLLMUnavailable("--backend vllm needs the vllm extra: run `make vllm` and use .venv-vllm/bin/python")
         if args.model and not args.data:
             raise UsageError("--model needs --data (a corpus folder)")
         model, tokenizer, data = load_model_and_tokenizer(
@@ -315,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                            splits=tuple(x.strip() for x in args.splits.split(",") if x.strip()), out_dir=out,
                            difficulties=None if args.difficulties is None
                            else tuple(x.strip() for x in args.difficulties.split(",") if x.strip()),
-                           progress=not args.quiet)
-    except (UsageError, ValueError) as exc:
+                           progress=not args.quiet, backend=args.backend)
+    except (UsageError, ValueError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     k = summary["k"]

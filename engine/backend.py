@@ -1,6 +1,6 @@
 """Policy backends for the rollout engine: "extend many token sequences, keeping a KV cache".
 
-Why this exists: the rollout engine (`posttrain.rollout`) owns the environment loop, the
+Why this exists: the rollout engine (`engine.rollout`) owns the environment loop, the
 episode bookkeeping and the records the trainers consume; a backend owns only the model side.
 Splitting them at this seam lets a vLLM backend (prefix caching, paged attention, GPU scale)
 replace `HFPolicy` without any change to the engine or to the GRPO / OPD / TurnOPD trainers.
@@ -269,6 +269,12 @@ class HFPolicy:
 
     # ----- model ---------------------------------------------------------------------------------
     def _run(self, ids, pos, rows, offset, width: int, keep) -> torch.Tensor:
+        """Feed ``ids [n, W]`` at ``pos`` into buffer ``rows`` (None: all) from slot ``offset``;
+        logits ``[n, 1, V]`` of the last position (``keep=1``) or of ``keep [n, 1]`` per row."""
+        if not isinstance(keep, int) and not _PER_ROW_KEEP:
+            # older transformers: project every position, then pick each row's own one
+            logits = self._run(ids, pos, rows, offset, width, 0)
+            return logits.gather(1, keep[:, :, None].expand(-1, 1, logits.shape[-1]))
         n_rows = ids.shape[0]
         kv_len = int(offset.max()) + width
         self.cache.reserve(len(self.slot_owner), kv_len)
@@ -310,11 +316,7 @@ class HFPolicy:
         pos = offset[:, None] + torch.arange(width, device=self.device)[None]
         last = torch.tensor([len(self.rows[r].pending) - 1 for r in rows], device=self.device)
         slots = torch.tensor([self.rows[r].slot for r in rows], device=self.device)
-        if _PER_ROW_KEEP:
-            logits = self._run(ids.to(self.device), pos, slots, offset, width, last[:, None])
-        else:   # older transformers: project every position, then pick each row's last one
-            logits = self._run(ids.to(self.device), pos, slots, offset, width, 0)
-            logits = logits.gather(1, last[:, None, None].expand(-1, 1, logits.shape[-1]))
+        logits = self._run(ids.to(self.device), pos, slots, offset, width, last[:, None])
         for r in rows:
             self.rows[r].filled += len(self.rows[r].pending)
             self.rows[r].pending = []
@@ -361,3 +363,32 @@ class HFPolicy:
                     done[r] = t
                     row.turn = None
         return done
+
+
+BACKENDS = ("auto", "lean", "hf", "vllm")
+
+
+def make_policy(model, backend: str = "auto", pad_id: int = 0, **kwargs) -> Policy:
+    """The rollout backend named by ``backend`` over ``model``.
+
+    ``auto`` is the fastest correct one: ``lean`` (`engine.lean`) for the Qwen2 models this
+    project trains, ``hf`` for anything else; ``vllm`` needs the optional extra
+    (`engine.vllm_backend`). Raises ``ValueError`` with the fix for an unknown or unusable one.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend in ("auto", "lean"):
+        from engine.lean import LeanPolicy, UnsupportedModel, check_supported
+
+        try:
+            check_supported(model)
+        except UnsupportedModel:
+            if backend == "lean":
+                raise
+            return HFPolicy(model, pad_id)
+        return LeanPolicy(model, pad_id)
+    if backend == "vllm":
+        from engine.vllm_backend import VLLMPolicy
+
+        return VLLMPolicy(model, pad_id, **kwargs)
+    return HFPolicy(model, pad_id)

@@ -3,7 +3,7 @@
 Why this exists: every post-training method and the evaluation need many episodes of a policy
 playing `planning_gym` tasks, with per-token log-probs and turn boundaries. Re-encoding a
 growing conversation at every turn costs O(turns^2) model work; this engine keeps each
-episode's KV cache across turns (through a `posttrain.backend.Policy`) and builds every
+episode's KV cache across turns (through a `engine.backend.Policy`) and builds every
 sequence by concatenating token ids, never re-tokenising earlier text.
 
 An episode, as token ids (the text protocol of `planning_gym.text`):
@@ -24,7 +24,7 @@ An episode, as token ids (the text protocol of `planning_gym.text`):
   is appended only where it fits).
 
 Up to ``batch_size`` episodes are in flight; each ended one is replaced by the next task at
-once, and turns end independently (continuous batching, see `posttrain.backend`).
+once, and turns end independently (continuous batching, see `engine.backend`).
 
 Records (aligned with ``ids``: entry t describes token t given tokens < t):
 ``logprobs`` = log-softmax of the raw logits (temperature 1), ``sample_logprobs`` = log-prob
@@ -50,10 +50,10 @@ import torch
 from planning_gym.env import EVAL_STEP_LIMIT, PlanningEnv, Task
 from planning_gym.text import parse_action
 from planning_gym.world import World
-from posttrain.backend import HFPolicy, Policy, SamplingParams
+from engine.backend import HFPolicy, Policy, SamplingParams, make_policy
 from pretrain.tokenizer import decode, encode_batch, special_ids
 
-__all__ = ["Episode", "HFPolicy", "Rollout", "RolloutConfig", "STOP_REASONS", "rollout"]
+__all__ = ["Episode", "HFPolicy", "Rollout", "make_policy", "RolloutConfig", "STOP_REASONS", "rollout"]
 STOP_REASONS = ("success", "step_limit", "turn_cap", "eos", "max_total_tokens")
 Script = Callable[[int, int, str], "str | list[int] | None"]
 

@@ -9,7 +9,7 @@ against micro-batches of the same size in rollout order, padded to the batch's l
 (which separates the effect of cutting from that of the batch size): same model, same episodes,
 same run.
 
-    python -m posttrain.bench_update [--scale small] [--episodes 8] [--min-len 600] [--max-len 2400]
+    python -m benchmarks.update [--scale small] [--episodes 8] [--min-len 600] [--max-len 2400]
         [--micro-batch 2] [--repeats 2]
 
 Episodes are random token ids with lengths spread evenly over [min-len, max-len] (our small OPD
@@ -54,7 +54,7 @@ def update_seconds(student, teacher, ids, attn, groups, topk: int = 50) -> float
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m posttrain.bench_update", description=__doc__.split("\n")[0])
+    p = _Parser(prog="python -m benchmarks.update", description=__doc__.split("\n")[0])
     p.add_argument("--scale", default="small", choices=["tiny", "small", "paper"])
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--min-len", type=int, default=600)
