@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
+.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
@@ -27,6 +27,7 @@ help:
 	@echo "make test                                          the test suite"
 	@echo "make data DOMAIN=fa SCALE=small [DATA_DIR=data]    generate a corpus"
 	@echo "make eval RUN=runs/...                             avg@8 / pass@8 tables of a run"
+	@echo "make export RUN=runs/... OUT=exports/...           a publishable HF folder (weights, tokenizer, chat template, card)"
 	@echo "make baselines DATA=data/fa-small                  knowledge-free and recall baselines of a corpus's test splits"
 	@echo "make grpo|opd|turnopd|tcod RUN=... [TEACHER=...]   post-training (SET=\"steps=60 topk=100\")"
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
@@ -112,6 +113,11 @@ publish:
 
 eval: $(STAMP)
 	$(BIN)/python -m engine.evaluate --run $(RUN)
+
+# a Hugging Face folder fit to publish: weights, config, generation config, tokenizer + chat template, model card
+export: $(STAMP)
+	@test -n "$(RUN)" -a -n "$(OUT)" || { echo "error: make export needs RUN=<run folder> and OUT=<folder>"; exit 2; }
+	$(BIN)/python -m pretrain.export --run $(RUN) --out $(OUT) $(if $(FORCE),--force)
 
 bench-train: $(STAMP)
 	$(BIN)/python -m benchmarks.train

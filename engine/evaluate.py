@@ -35,6 +35,7 @@ from planning_gym.corpus import select_rows
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
 from planning_gym import constants as C
 from planning_gym.constants import DIFFICULTIES
+from pretrain.checkpoint import load_model_and_tokenizer  # noqa: F401  (part of this module's API)
 from pretrain.config import UsageError
 
 SPLITS = {"test_id": "ID", "test_ood": "OOD"}
@@ -65,50 +66,6 @@ def task_for_row(worlds: dict, row: dict):
         return row_task(worlds, row)
     except CorpusError as exc:
         raise UsageError(str(exc)) from None
-
-
-def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
-    """(model, tokenizer, corpus folder or None) of a run folder (its final checkpoint), of one of its
-    checkpoints (``RUN/checkpoints/step_N`` passed as ``run_dir``), or of a bare checkpoint folder."""
-    from pretrain.checkpoint import latest_checkpoint, load_model
-    from pretrain.tokenizer import load_tokenizer
-
-    data = None
-    if run_dir is not None:
-        run_dir = Path(run_dir)
-        if not run_dir.is_dir():
-            raise UsageError(f"run folder {run_dir} does not exist")
-        if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
-            model_dir, run_dir = run_dir, run_dir.parent.parent
-        try:
-            data = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
-        except FileNotFoundError:
-            data = None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
-        ckpt = Path(model_dir) if model_dir is not None else None
-        try:
-            ckpt = ckpt or Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        if ckpt is None or not ckpt.is_dir():
-            ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")
-        tok_dirs = [ckpt, run_dir / "tokenizer"]
-    else:
-        ckpt = Path(model_dir)
-        if not ckpt.is_dir():
-            raise UsageError(f"model folder {ckpt} does not exist")
-        tok_dirs = [ckpt]
-    model = load_model(ckpt)
-    for folder in tok_dirs:
-        if (folder / "tokenizer.json").is_file():
-            try:
-                return model, load_tokenizer(folder), data
-            except Exception as exc:
-                raise UsageError(f"cannot load the tokenizer in {folder}: {exc}") from None
-    raise UsageError(f"no tokenizer.json in {' or '.join(str(d) for d in tok_dirs)}")
 
 
 # ----- scoring -------------------------------------------------------------------------------------

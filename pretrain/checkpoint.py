@@ -131,6 +131,16 @@ def _fsync_tree(folder: Path) -> None:
         os.close(fd)
 
 
+def set_generation_stops(model, tokenizer) -> None:
+    """Plain ``model.generate`` stops where an agent turn ends: at ``<|env|>`` (the environment's
+    turn) or ``<|eos|>``, and pads with ``<|pad|>`` (written to ``generation_config.json``)."""
+    from pretrain.tokenizer import special_ids
+
+    special = special_ids(tokenizer)
+    model.generation_config.eos_token_id = [special.env, special.eos]
+    model.generation_config.pad_token_id = special.pad
+
+
 def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, scheduler, tokenizer,
                     trainer_state: dict, rank: int = 0, world: int = 1, barrier=lambda: None) -> Path:
     """Write checkpoint ``step`` atomically; collective when distributed (all ranks call it)."""
@@ -158,6 +168,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, scheduler, to
         base = getattr(base, "_orig_mod", base)  # torch.compile wrapper
         if base.config.tie_word_embeddings:  # gathered (FSDP) state dicts hold the tied copy twice
             model_sd.pop("lm_head.weight", None)
+        set_generation_stops(base, tokenizer)
         base.save_pretrained(str(tmp), state_dict=model_sd)
         save_tokenizer(tokenizer, tmp)
         opt_tensors, opt_meta = flatten_optimizer_state(optim_sd)
@@ -225,3 +236,46 @@ def load_model(ckpt: Path):
     if bad:  # a resume from partially random weights would silently not be a resume
         raise UsageError(f"corrupt checkpoint {ckpt}: model weights do not match its config ({bad})")
     return model
+
+
+def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
+    """(model, tokenizer, corpus folder or None) of a run folder (its final checkpoint), of one of its
+    checkpoints (``RUN/checkpoints/step_N`` passed as ``run_dir``), or of a bare checkpoint folder."""
+    from pretrain.tokenizer import load_tokenizer
+
+    data = None
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise UsageError(f"run folder {run_dir} does not exist")
+        if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
+            model_dir, run_dir = run_dir, run_dir.parent.parent
+        try:
+            data = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
+        except FileNotFoundError:
+            data = None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
+        ckpt = Path(model_dir) if model_dir is not None else None
+        try:   # the summary names the final checkpoint; only its name counts (a copied run is self-contained)
+            ckpt = ckpt or run_dir / "checkpoints" / Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"]).name
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if ckpt is None or not ckpt.is_dir():
+            ckpt = latest_checkpoint(run_dir)
+        if ckpt is None:
+            raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")
+        tok_dirs = [ckpt, run_dir / "tokenizer"]
+    else:
+        ckpt = Path(model_dir)
+        if not ckpt.is_dir():
+            raise UsageError(f"model folder {ckpt} does not exist")
+        tok_dirs = [ckpt]
+    model = load_model(ckpt)
+    for folder in tok_dirs:
+        if (folder / "tokenizer.json").is_file():
+            try:
+                return model, load_tokenizer(folder), data
+            except Exception as exc:
+                raise UsageError(f"cannot load the tokenizer in {folder}: {exc}") from None
+    raise UsageError(f"no tokenizer.json in {' or '.join(str(d) for d in tok_dirs)}")

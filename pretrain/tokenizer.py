@@ -51,11 +51,24 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 3000):
     return wrap(tok)
 
 
+# A chat template that writes a conversation exactly as the corpus rows and the rollout engine do
+# (`planning_gym.text`): environment messages ("environment", or "user") after <|env|>, agent
+# messages ("agent", or "assistant") after <|agent|>; the generation prompt opens an agent turn.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] in ['environment', 'user', 'system'] %}" + ENV + "{{ m['content'] }}"
+    "{% elif m['role'] in ['agent', 'assistant'] %}" + AGENT + "{{ m['content'] }}"
+    "{% else %}{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}" + AGENT + "{% endif %}"
+)
+
+
 def wrap(tok):
     """Wrap a `tokenizers.Tokenizer` as a transformers fast tokenizer with our special tokens."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(
+    wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=EOS,
         pad_token=PAD,
@@ -63,6 +76,8 @@ def wrap(tok):
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
 
 
 def save_tokenizer(tokenizer, folder: str | Path) -> Path:
@@ -76,6 +91,7 @@ def save_tokenizer(tokenizer, folder: str | Path) -> Path:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(str(folder))
     config_path = folder / "tokenizer_config.json"
     config = json.loads(config_path.read_text())

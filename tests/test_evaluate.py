@@ -142,3 +142,65 @@ def test_bad_input_is_one_error_line(case, run_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]
     assert not (run_dir / "eval").exists()
+
+
+def test_a_copied_run_uses_its_own_checkpoint(run_dir, tmp_path):
+    """summary.json names the checkpoint; a copy of the run must load the copy's weights."""
+    import torch
+
+    from pretrain.checkpoint import load_model_and_tokenizer
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    ckpt = copy / "checkpoints" / "step_000001"
+    from safetensors.torch import load_file, save_file
+    weights = load_file(str(ckpt / "model.safetensors"))
+    save_file({k: torch.zeros_like(v) for k, v in weights.items()}, str(ckpt / "model.safetensors"))
+    model, _, _ = load_model_and_tokenizer(copy)
+    assert all(float(p.detach().abs().sum()) == 0 for p in model.parameters())
+
+
+def test_export_is_a_clean_hf_folder_whose_generate_stops_at_env(run_dir, tmp_path, capsys):
+    """make export: only model, tokenizer (with the chat template) and card; the chat template
+    writes a corpus row exactly; plain `generate` ends the agent's turn at <|env|>."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from planning_gym.text import split_turns
+    from pretrain.export import main as export
+    from pretrain.tokenizer import encode, special_ids
+
+    assert main(["--run", str(run_dir), *FAST]) == 0                       # an evaluation for the card
+    out = tmp_path / "export"
+    assert export(["--run", str(run_dir), "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert "optimizer.safetensors" not in names and "trainer_state.json" not in names
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(names)
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers") and "avg@2" in card and "## Data" in card
+    tok = AutoTokenizer.from_pretrained(str(out))
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    special = special_ids(tok)
+    assert set(model.generation_config.eos_token_id) == {special.env, special.eos}
+    row = json.loads((run_dir / "checkpoints").parent.joinpath("train_config.json").read_text())["data"]
+    text = json.loads(open(f"{row}/test_id.jsonl").readline())["text"]
+    roles = {"env": "environment", "agent": "agent"}
+    messages = [{"role": roles[r], "content": c} for r, c in split_turns(text)]
+    assert tok.apply_chat_template(messages, tokenize=False) == text
+    assert list(tok.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]) == encode(tok, text)
+    prompt = tok.apply_chat_template(messages[:1], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class EnvAfterFive(LogitsProcessor):                     # the sixth token is <|env|>; nothing may follow
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[1] - prompt["input_ids"].shape[1] == 5:
+                scores[:, special.env] = 1e4
+            return scores
+
+    with torch.no_grad():
+        new = model.generate(**prompt, max_new_tokens=50, do_sample=False, suppress_tokens=[special.eos],
+                             logits_processor=LogitsProcessorList([EnvAfterFive()]))[0, prompt["input_ids"].shape[1]:]
+    assert new.tolist()[-1] == special.env and len(new) == 6
+    assert export(["--run", str(run_dir), "--out", str(out)]) == 2                 # not empty: refused
+    assert "pass --force" in capsys.readouterr().err
+    assert export(["--run", str(run_dir), "--out", str(out), "--force"]) == 0

@@ -288,3 +288,17 @@ def test_training_plans_cover_exactly_the_tasks_a_blind_replay_solves():
 def _blind(world, task, plan):
     from planning_gym.baselines import replay          # written apart from TrainingPlans
     return replay(world, task, plan)
+
+
+def test_the_gym_needs_no_torch():
+    """`planning_gym` is the bottom of the dependency chain: it imports (and makes a corpus
+    config, a world and a baseline agent) with torch made unimportable."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import planning_gym.make_data, planning_gym.baselines, planning_gym.corpus, planning_gym.constants\n"
+            "from planning_gym.world import World\n"
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
