@@ -19,12 +19,12 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
+.PHONY: help venv test test-fast data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make pretrain DOMAIN=fa [SCALE=tiny|small|paper]   data -> tokenizer -> model -> evaluation"
-	@echo "make test                                          the test suite"
+	@echo "make test                                          the test suite (make test-fast: the inner loop, < 1 min)"
 	@echo "make data DOMAIN=fa SCALE=small [DATA_DIR=data]    generate a corpus"
 	@echo "make eval RUN=runs/...                             avg@8 / pass@8 tables of a run"
 	@echo "make export RUN=runs/... OUT=exports/...           a publishable HF folder (weights, tokenizer, chat template, card)"
@@ -51,6 +51,12 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the inner loop (under a minute): gym semantics and patterns, losses and objectives, the TurnOPD controller
+FAST_TESTS := tests/test_env.py tests/test_patterns.py tests/test_lexicon.py tests/test_losses.py \
+	tests/test_objectives.py tests/test_turnopd_controller.py tests/test_analysis_measures.py
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(FAST_TESTS)
 
 data: $(STAMP)
 	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) $(if $(SCALE),--scale $(SCALE)) --data-dir $(DATA_DIR) --seed $(SEED)

@@ -317,3 +317,28 @@ def test_mopd_regimes_differ_in_sharing_only_never_in_quality():
                                       for x, y in (("fa", "lf"), ("lf", "ea"), ("fa", "ea"))])
     withheld = sets["withheld_shared"]
     assert "T1" in withheld["fa"] & withheld["lf"] and "T1" not in withheld["ea"]
+
+
+def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b, capsys):
+    """Every arm x grid point is a run against one base evaluation; a second call trains nothing
+    (each run is finished) and the table holds a paired delta per arm; self-distillation is 0."""
+    import json
+
+    from analysis.budget_sweep import main as sweep
+
+    root, run = student
+    out = root / "sweep"
+    argv = ["--student", str(run), "--teacher", str(teacher_b), "--out", str(out), "--scale", "tiny",
+            "--steps", "1", "--lrs", "1e-3", *sets(*[s for s in FAST if not s.startswith("steps")])]
+    assert sweep(argv) == 0
+    rows = json.loads((out / "sweep.json").read_text())
+    assert [r["arm"] for r in rows] == ["self", "opd", "grpo"]
+    assert all(r["ID"]["tasks"] >= 3 for r in rows)
+    self_row = rows[0]
+    assert self_row["ID"]["delta"] == 0 and self_row["OOD"]["delta"] == 0        # a no-op, to the bit
+    stamp = (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime
+    assert sweep(argv) == 0
+    assert (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime == stamp
+    assert "| self | 0.001 | 1 |" in (out / "sweep.md").read_text()
+    assert sweep(["--student", str(run), "--out", str(out), "--arms", "opd"]) == 2
+    assert "needs --teacher" in capsys.readouterr().err

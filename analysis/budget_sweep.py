@@ -1,0 +1,202 @@
+"""The post-training budget sweep: which lr / steps / KL / entropy settings do no harm at a scale.
+
+Why this exists: at the old `small` budget every post-training run *lowered* avg@8, even OPD from
+the student's own final model; the optimiser, not the method, decided the result. A budget is
+fit for the reproductions only when, on the same tasks and sampling seeds,
+
+* ``self``: OPD with teacher = student moves avg@8 by less than two standard errors (the optimiser
+  alone does no harm),
+* ``opd``: OPD from a stronger teacher gains by more than two standard errors, and
+* ``grpo``: GRPO on a student with non-zero success gains by more than two standard errors.
+
+Every arm x grid point is one ordinary post-training run under ``--out`` (checkpointed every 5
+steps and resumed, so the sweep continues where a killed or earlier session left it); the
+student's own evaluation with the same settings is computed once (``base/``). Differences are
+paired by task (`analysis.measures.paired_difference`) over the evaluation's tasks.
+
+    python -m analysis.budget_sweep --student runs/pretrain-fa-small --teacher runs/teacher-fa-small \\
+        --out runs/sweep-small [--lrs 1e-5,5e-5] [--steps 20] [--kl 0] [--entropy 0] [--arms self,opd,grpo]
+        [--set eval_tasks_per_cell=16] [--report]       # --report: only tabulate what has finished
+
+Writes ``OUT/sweep.md`` and ``OUT/sweep.json``.  Exit status 2 with one ``error:`` line on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from analysis.measures import paired_difference
+from pretrain.config import UsageError
+
+ARMS = {"self": "opd", "opd": "opd", "grpo": "grpo"}
+SPLITS = ("ID", "OOD")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--{name} must be a comma list of numbers, not {text!r}") from None
+    if not values or any(not v >= 0 or v == float("inf") for v in values):
+        raise UsageError(f"--{name} needs finite values >= 0")
+    return values
+
+
+def grid(args) -> list[dict]:
+    keys = ("lr", "steps", "kl_coef", "entropy_coef")
+    values = (args.lrs, [int(s) for s in args.steps], args.kl, args.entropy)
+    return [dict(zip(keys, point)) for point in itertools.product(*values)]
+
+
+def run_name(arm: str, point: dict) -> str:
+    return f"{arm}-lr{point['lr']:g}-steps{point['steps']}-kl{point['kl_coef']:g}-ent{point['entropy_coef']:g}"
+
+
+def samples(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
+
+
+def final_eval_dir(run: Path) -> Path | None:
+    """The run's last evaluation folder once the run has finished (``summary.json`` written)."""
+    if not (run / "summary.json").is_file():
+        return None
+    evals = sorted((run / "eval").glob("step_*/samples.jsonl"))
+    return evals[-1].parent if evals else None
+
+
+def base_evaluation(student: Path, out: Path, cfg) -> Path:
+    """The student's evaluation with exactly the settings a post-training run's evaluation uses."""
+    from engine.evaluate import evaluate, load_model_and_tokenizer
+
+    folder = out / "base"
+    if (folder / "samples.jsonl").is_file():
+        return folder
+    model, tokenizer, data = load_model_and_tokenizer(student)
+    evaluate(model, tokenizer, data, k=cfg.eval_k, max_tasks_per_cell=cfg.eval_tasks_per_cell, seed=cfg.seed,
+             step_limit=cfg.step_limit, max_turn_tokens=cfg.max_turn_tokens, splits=cfg.eval_split_list,
+             difficulties=cfg.eval_difficulty_list, out_dir=folder, backend=cfg.backend)
+    return folder
+
+
+def train_arm(arm: str, point: dict, args, out: Path) -> Path:
+    from posttrain.train import run as posttrain
+    from pretrain.checkpoint import latest_checkpoint
+
+    run = out / run_name(arm, point)
+    if final_eval_dir(run) is not None:
+        return run
+    sets = [f"{k}={v}" for k, v in point.items()] + ["ckpt_every=5", "eval_every=0"] + args.set
+    argv = ["--out", str(run), "--scale", args.scale, *sum((["--set", s] for s in sets), [])]
+    if latest_checkpoint(run) is not None:
+        argv += ["--resume"]
+    else:
+        shutil.rmtree(run, ignore_errors=True)          # a run killed before its first checkpoint starts over
+        teacher = args.student if arm == "self" else args.teacher
+        argv += ["--method", ARMS[arm], "--student", str(args.student)]
+        if ARMS[arm] == "opd":
+            argv += ["--teacher", str(teacher)]
+    posttrain(argv)
+    return run
+
+
+def report(args, out: Path, points: list[dict]) -> list[dict]:
+    rows = []
+    base = out / "base"
+    if not (base / "samples.jsonl").is_file():
+        return rows
+    before = samples(base)
+    for arm, point in itertools.product(args.arms, points):
+        final = final_eval_dir(out / run_name(arm, point))
+        if final is None:
+            continue
+        after = samples(final)
+        row = {"arm": arm, **point}
+        for split in SPLITS:
+            if any(s["split"] == split for s in before):
+                mean, se, n = paired_difference(after, before, split)
+                row[split] = {"delta": mean, "se": se, "tasks": n}
+        rows.append(row)
+    return rows
+
+
+def verdict(arm: str, delta: float, se: float) -> str:
+    if se != se:        # NaN: a single task
+        return "cannot tell"
+    if arm == "self":
+        return "no harm" if abs(delta) < 2 * se else ("harms" if delta < 0 else "moves")
+    return "gains" if delta > 2 * se else ("harms" if delta < -2 * se else "cannot tell")
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| arm | lr | steps | KL | entropy | ΔID avg@8 ± SE | ΔOOD avg@8 ± SE | tasks | verdict (ID) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r[s]['delta']:+.1f} ± {r[s]['se']:.1f}" if s in r else "-" for s in SPLITS]
+        idv = verdict(r["arm"], r["ID"]["delta"], r["ID"]["se"]) if "ID" in r else "-"
+        lines.append(f"| {r['arm']} | {r['lr']:g} | {r['steps']} | {r['kl_coef']:g} | {r['entropy_coef']:g} | "
+                     f"{cells[0]} | {cells[1]} | {r.get('ID', {}).get('tasks', '-')} | {idv} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m analysis.budget_sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--student", required=True)
+    p.add_argument("--teacher", help="a stronger teacher (needed by the opd arm)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--scale", default="small", choices=("tiny", "small", "paper"))
+    p.add_argument("--arms", default="self,opd,grpo")
+    p.add_argument("--lrs", default="1e-5,5e-5")
+    p.add_argument("--steps", default="20")
+    p.add_argument("--kl", default="0")
+    p.add_argument("--entropy", default="0")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="any post-training field")
+    p.add_argument("--report", action="store_true", help="only tabulate the finished runs")
+    try:
+        args = p.parse_args(argv)
+        args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        if not args.arms or set(args.arms) - set(ARMS):
+            raise UsageError(f"--arms must be a comma list of {', '.join(ARMS)}")
+        if "opd" in args.arms and not args.teacher:
+            raise UsageError("the opd arm needs --teacher (a stronger model sharing the student's tokenizer)")
+        args.lrs, args.kl, args.entropy = floats(args.lrs, "lrs"), floats(args.kl, "kl"), floats(args.entropy, "entropy")
+        args.steps = [int(s) for s in floats(args.steps, "steps")]
+        if min(args.steps) < 1 or min(args.lrs) <= 0:
+            raise UsageError("--steps and --lrs must be positive")
+        args.student = Path(args.student)
+        if not args.student.is_dir():
+            raise UsageError(f"student run {args.student} does not exist")
+        out, points = Path(args.out), grid(args)
+        if not args.report:
+            from posttrain.config import make_config
+            from posttrain.train import parse_overrides
+
+            cfg = make_config("opd", args.scale, **parse_overrides(args.set))
+            out.mkdir(parents=True, exist_ok=True)
+            base_evaluation(args.student, out, cfg)
+            for arm, point in itertools.product(args.arms, points):
+                train_arm(arm, point, args, out)
+                rows = report(args, out, points)
+                (out / "sweep.json").write_text(json.dumps(rows, indent=1))
+                (out / "sweep.md").write_text(markdown(rows))
+        rows = report(args, out, points)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(rows, indent=1))
+    (out / "sweep.md").write_text(markdown(rows))
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
