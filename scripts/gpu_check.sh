@@ -35,9 +35,9 @@ $PY -m pretrain.train --data "$corpus" --out "$OUT/pre" --scale "$SCALE" --devic
     --set steps=30 --set warmup_steps=5 --set eval_every=30 --set ckpt_every=30 --set log_every=5 \
     2>&1 | tee "$OUT/pretrain.log"
 
-log "rollouts: the engine at the $SCALE preset, beside batched generate"
-$PY -m benchmarks.rollout --scales "$SCALE" --device "$DEVICE" --data "$corpus" --episodes 256 \
-    --baseline-episodes 16 --batch-size 256 --json "$OUT/rollout.json" 2>&1 | tee "$OUT/rollout.log"
+log "rollouts: the engine (lean and hf backends) at the $SCALE preset, beside batched and one-at-a-time generate"
+$PY -m benchmarks.rollout --scales "$SCALE" --device "$DEVICE" --data "$corpus" --episodes 256 --paper-episodes 256 \
+    --baseline-episodes 4 --batch-size 256 --threads 4 --json "$OUT/rollout.json" 2>&1 | tee "$OUT/rollout.log"
 
 for method in opd grpo; do
     log "post-training: 3 $method steps"
