@@ -108,7 +108,7 @@ def test_save_is_atomic_pickle_free_and_loadable(tmp_path, tokenizer):
     files = {p.name for p in latest.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "optimizer.safetensors",
             "optimizer.json", "rng_rank0.safetensors", "trainer_state.json"} <= files
-    assert all(p.suffix in (".json", ".safetensors") for p in latest.iterdir())
+    assert all(p.suffix in (".json", ".safetensors", ".jinja") for p in latest.iterdir())   # .jinja: the chat template
     for p in latest.iterdir():  # no pickle protocol header anywhere
         assert not p.read_bytes().startswith(b"\x80"), p
     state = ck.read_checkpoint(latest)
