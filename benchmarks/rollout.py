@@ -132,9 +132,11 @@ def model_flops(model, ro) -> tuple[float, float]:
     """(all, weights-only) forward FLOPs of the engine's rollout ``ro``: every token of every
     episode is processed once (prompt and observations by prefill, sampled tokens by decode)."""
     cfg = model.config.get_text_config()
-    embed = model.get_input_embeddings().weight.numel()
-    body = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) - embed
-    per_token = 2 * (body + embed)                        # the LM head is a matmul; the lookup is free
+    from pretrain.model import count_params
+
+    embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    # every weight is a matmul except the input lookup; a tied LM head shares its tensor with it
+    per_token = 2 * (count_params(model) - embed.numel() + (head.numel() if head is embed else 0))
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     tokens = sum(len(e.ids) for e in ro.episodes)
     positions = sum(n * (n - 1) / 2 for n in (len(e.ids) for e in ro.episodes))

@@ -128,6 +128,23 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch
     return tokens, logp.gather(1, pick).squeeze(1), logq.gather(1, pick).squeeze(1)
 
 
+def grown_shape(have_rows: int, have_len: int, rows: int, length: int) -> tuple[int, int] | None:
+    """A KV buffer's new (rows, slots) to hold ``rows`` x ``length``, or None when it already does:
+    rows grow to what is asked, slots at least double (64 at first) so growth is amortised."""
+    if rows <= have_rows and length <= have_len:
+        return None
+    return max(rows, have_rows), (max(length, 2 * have_len, 64) if length > have_len else have_len)
+
+
+def check_prompts(existing, rows, prompts) -> None:
+    """``add``'s contract for every backend: new row ids, each with at least one prompt token."""
+    for r, p in zip(rows, prompts, strict=True):
+        if r in existing:
+            raise ValueError(f"row {r} already exists")
+        if not p:
+            raise ValueError("a prompt needs at least one token")
+
+
 class _RaggedCache:
     """Per-layer KV buffers with per-row fill levels; quacks like a transformers cache.
 
@@ -150,10 +167,10 @@ class _RaggedCache:
     def reserve(self, rows: int, length: int) -> None:
         """Grow (by doubling) to at least ``rows`` x ``length`` slots, keeping the contents."""
         have_rows, have_len = self.shape
-        if rows <= have_rows and length <= have_len:
+        grown = grown_shape(have_rows, have_len, rows, length)
+        if grown is None:
             return
-        new_rows = max(rows, have_rows)
-        new_len = max(length, 2 * have_len, 64) if length > have_len else have_len
+        new_rows, new_len = grown
         for store in (self.k, self.v):
             for i, old in enumerate(store):
                 buf = old.new_zeros(new_rows, self.heads, new_len, self.dim)
@@ -209,18 +226,17 @@ class HFPolicy:
         self.reset()
 
     # ----- rows ----------------------------------------------------------------------------------
+    cache_class = _RaggedCache                 # the KV layout its forward pass reads and writes
+
     def reset(self) -> None:
         layers, heads, dim = self._shape
-        self.cache = _RaggedCache(layers, heads, dim, self.dtype, self.device)
+        self.cache = self.cache_class(layers, heads, dim, self.dtype, self.device)
         self.rows: dict[int, _Row] = {}
         self.slot_owner: list[int | None] = []
 
     def add(self, rows, prompts) -> None:
-        for r, p in zip(rows, prompts, strict=True):
-            if r in self.rows:
-                raise ValueError(f"row {r} already exists")
-            if not p:
-                raise ValueError("a prompt needs at least one token")
+        check_prompts(self.rows, rows, prompts)
+        for r, p in zip(rows, prompts):
             free = [b for b, owner in enumerate(self.slot_owner) if owner is None]
             if free:
                 slot = free[0]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.backend import HFPolicy
+from engine.backend import HFPolicy, grown_shape
 
 
 class UnsupportedModel(ValueError):
@@ -104,10 +104,10 @@ class _LeanCache:
     def reserve(self, rows: int, length: int) -> None:
         """Grow (by doubling) to at least ``rows`` x ``length`` slots, keeping the contents."""
         have_rows, have_len = self.shape
-        if rows <= have_rows and length <= have_len:
+        grown = grown_shape(have_rows, have_len, rows, length)
+        if grown is None:
             return
-        new_rows = max(rows, have_rows)
-        new_len = max(length, 2 * have_len, 64) if length > have_len else have_len
+        new_rows, new_len = grown
         for i, (k, v) in enumerate(zip(self.k, self.v)):
             self.k[i] = k.new_zeros(new_rows, self.heads, self.dim, new_len)
             self.k[i][:have_rows, :, :, :have_len] = k
@@ -191,10 +191,10 @@ class LeanPolicy(HFPolicy):
         self._max_positions = model.config.get_text_config().max_position_embeddings
         super().__init__(model, pad_id, prefill_fraction)
 
+    cache_class = _LeanCache
+
     def reset(self) -> None:
         super().reset()
-        layers, heads, dim = self._shape
-        self.cache = _LeanCache(layers, heads, dim, self.dtype, self.device)
         self.weights = _Weights(self.model, self._max_positions)   # the model's current weights
 
     def _run(self, ids, pos, rows, offset, width: int, keep) -> torch.Tensor:

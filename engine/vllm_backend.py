@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engine.backend import SamplingParams, Turn
+from engine.backend import SamplingParams, Turn, check_prompts
 
 
 class VLLMUnavailable(ImportError):
@@ -73,11 +73,8 @@ class VLLMPolicy:
         self.open: dict[int, int] = {}                 # row -> budget of its open turn
 
     def add(self, rows, prompts) -> None:
-        for r, p in zip(rows, prompts, strict=True):
-            if r in self.ids:
-                raise ValueError(f"row {r} already exists")
-            if not p:
-                raise ValueError("a prompt needs at least one token")
+        check_prompts(self.ids, rows, prompts)
+        for r, p in zip(rows, prompts):
             self.ids[r] = list(p)
 
     def append(self, rows, chunks) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -182,8 +183,8 @@ def test_export_is_a_clean_hf_folder_whose_generate_stops_at_env(run_dir, tmp_pa
     model = AutoModelForCausalLM.from_pretrained(str(out))
     special = special_ids(tok)
     assert set(model.generation_config.eos_token_id) == {special.env, special.eos}
-    row = json.loads((run_dir / "checkpoints").parent.joinpath("train_config.json").read_text())["data"]
-    text = json.loads(open(f"{row}/test_id.jsonl").readline())["text"]
+    corpus = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
+    text = json.loads((corpus / "test_id.jsonl").read_text().splitlines()[0])["text"]
     roles = {"env": "environment", "agent": "agent"}
     messages = [{"role": roles[r], "content": c} for r, c in split_turns(text)]
     assert tok.apply_chat_template(messages, tokenize=False) == text
