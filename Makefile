@@ -104,10 +104,10 @@ curves: $(STAMP)
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=
 reproduce: $(STAMP)
-	$(BIN)/python -m analysis.reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
+	$(BIN)/python -m reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS))
 
 reproduce-all: $(STAMP)
-	$(BIN)/python -m analysis.reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))
 
 # runs/ is not tracked: a measured table, its results, config and figures are kept in results/<scale>/<table>/
 publish:

@@ -61,8 +61,7 @@ def comparison(runs: list[Path], reference: str, split: str = "ID") -> str:
     the k the runs evaluated with); runs without evaluations only count in the least-time table."""
     from analysis.measures import least_time_table, same_step_table, speedup_table
     from analysis.report import md_table
-    from analysis.repro_shaping import metrics
-    from analysis.repro_turnopd import _int, frame
+    from analysis.run_logs import frame, metrics, step_cell
     named = {Path(r).name: Path(r) for r in runs}
     if len(named) < len(runs):
         raise ValueError(f"runs need distinct folder names to be compared ({', '.join(Path(r).name for r in runs)})")
@@ -84,10 +83,11 @@ def comparison(runs: list[Path], reference: str, split: str = "ID") -> str:
         f"# {' vs '.join(named)}", "", "Training wall-clock is rollout + scoring + update (evaluations excluded).", "",
         f"**Same step ({int(same['step'].iloc[0])}, the last step every run evaluated)**", "",
         md_table(["run", "eval step", acc, "train wall (s)"],
-                 [[m, _int(r["eval_step"]), r["acc"], r["wall"]] for m, r in same.iterrows()]),
+                 [[m, step_cell(r["eval_step"]), r["acc"], r["wall"]] for m, r in same.iterrows()]),
         f"**Least time ({least['wall_budget'].iloc[0]:.1f} s, when the first run finished)**", "",
         md_table(["run", "steps completed", "eval step", acc],
-                 [[m, _int(r["steps_completed"]), _int(r["eval_step"]), r["acc"]] for m, r in least.iterrows()]),
+                 [[m, step_cell(r["steps_completed"]), step_cell(r["eval_step"]), r["acc"]]
+                  for m, r in least.iterrows()]),
         f"**Time to reach {reference}'s final {acc} ({speed['target'].iloc[0]:.1f})**", "",
         md_table(["run", "train wall (s)", f"speedup over {reference}"],
                  [[m, r["time_to_target"], r["speedup"]] for m, r in speed.iterrows()])])

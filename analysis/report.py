@@ -1,8 +1,8 @@
 """What a reproduction returns, and the Markdown it is written as.
 
-A reproduction (`analysis.repro_*`) builds its artifacts through the `analysis.artifacts.Store`,
-measures, plots, and returns a `Report`; `analysis.reproduce` writes it into the table's folder
-as ``table.md`` (ours beside the paper's), ``results.json`` (every number, machine-readable),
+A reproduction (`reproduce.pretraining`, `reproduce.shaping`, ...) builds its artifacts through
+`reproduce.store.Store`, measures, plots, and returns a `Report`; `reproduce.cli` writes it into the
+table's folder as ``table.md`` (ours beside the paper's), ``results.json`` (every number, machine-readable),
 ``config.json`` (the exact settings and the runs used) and the PNG figures.
 
 With several seeds, `merge_seeds` folds one report per seed into one whose numbers read

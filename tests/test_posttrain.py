@@ -221,7 +221,7 @@ def test_turn_probe_kl_is_zero_to_oneself_and_forced_mass_is_largest_there(stude
     """(An analysis measurement, tested here for this module's trained runs.) Forced positions to
     another teacher are a subset of the student's confident positions, which are exactly its forced
     positions to itself: lambda(self) >= lambda(other) at every depth."""
-    from analysis.repro_turnopd import turn_kl_probe
+    from reproduce.turnopd import turn_kl_probe
     root, run = student
     settings = dict(n_tasks=2, group=2, step_limit=3, max_turn_tokens=12)
     self_kl, budget, self_lam = turn_kl_probe({"s": run}, run, **settings)
@@ -324,7 +324,7 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     (each run is finished) and the table holds a paired delta per arm; self-distillation is 0."""
     import json
 
-    from analysis.budget_sweep import main as sweep
+    from reproduce.budget_sweep import main as sweep
 
     root, run = student
     out = root / "sweep"

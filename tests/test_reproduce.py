@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import artifacts
-from analysis.artifacts import Store, cell
+from analysis.run_logs import cell
+from reproduce.store import ReproductionError, Store
 from analysis.report import Report, md_table
 
 
@@ -73,9 +73,9 @@ def test_a_failed_stage_is_an_error_not_a_silent_artifact(tmp_path, monkeypatch)
     monkeypatch.setattr(pretrain.train, "main", lambda argv: 3)
     monkeypatch.setattr(Store, "corpus", lambda self, **changes: self.data_dir / "x")
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
-    with pytest.raises(artifacts.ReproductionError, match="pre-training"):
+    with pytest.raises(ReproductionError, match="pre-training"):
         store.pretrained()
-    with pytest.raises(artifacts.ReproductionError, match="no checkpoint at step 200"):
+    with pytest.raises(ReproductionError, match="no checkpoint at step 200"):
         store.checkpoint(tmp_path / "runs" / "tiny" / "pretrain" / "fa-tiny")
 
 
@@ -145,7 +145,7 @@ def test_a_cached_evaluation_is_reused_only_under_the_stores_protocol(tmp_path, 
 
 
 def test_a_run_recorded_before_a_setting_existed_is_not_rebuilt_for_its_default(tmp_path):
-    from analysis.artifacts import _changes
+    from reproduce.store import _changes
     record = tmp_path / "train_config.json"
     record.write_text(json.dumps({"student": "s", "config": {"lr": 1e-4}}))
     wanted = {"student": "s", "config": {"lr": 1e-4, "eval_splits": "ID,OOD"}}
@@ -166,7 +166,7 @@ def test_markdown_tables_and_reports():
 
 
 def test_cli_lists_tables_and_refuses_bad_input(capsys):
-    from analysis.reproduce import REPRODUCTIONS, main
+    from reproduce.cli import REPRODUCTIONS, main
     assert main(["--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(REPRODUCTIONS)
@@ -242,7 +242,7 @@ def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
 
 
 def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tmp_path, fake_pretrain, monkeypatch):
-    from analysis import reproduce as repro
+    from reproduce import cli as repro
     seeded = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=2)
     assert seeded.home == tmp_path / "runs" / "tiny-seed2"
     assert seeded.posttrain_config("opd").seed == 2
@@ -299,7 +299,7 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
 
 
 def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():
-    from analysis.repro_pretrain import sample_information
+    from reproduce.pretraining import sample_information
     samples = [{"split": "ID", "task": t, "pattern": "T1", "actions": [f"make {t}", "done"]}
                for t in "abcd" for _ in range(8)]
     samples += [{"split": "OOD", "task": "z", "pattern": "D1", "actions": []}]         # another split: ignored
@@ -309,7 +309,7 @@ def test_sample_information_separates_a_shared_pattern_from_task_specific_action
 
 
 def test_the_update_direction_note_says_when_a_method_never_moved():
-    from analysis.repro_shaping import direction_note
+    from reproduce.shaping import direction_note
     assert direction_note(0.1, 0.9).endswith("— ours agrees.")
     assert direction_note(0.9, 0.1).endswith("— ours does not.")
     idle = direction_note(float("nan"), 0.94)
@@ -317,7 +317,7 @@ def test_the_update_direction_note_says_when_a_method_never_moved():
 
 
 def test_table1_verdicts_follow_our_numbers_not_the_papers():
-    from analysis.repro_pretrain import mixture_verdicts
+    from reproduce.pretraining import mixture_verdicts
 
     def mix(mid, long):
         return {"mid pass@8": mid, "long pass@8": long, "long avg@8": long / 2}
@@ -339,7 +339,7 @@ def test_table1_verdicts_follow_our_numbers_not_the_papers():
 def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_named(tmp_path):
     import sys
 
-    from analysis.reproduce import run_tables
+    from reproduce.cli import run_tables
     # each fake table records when it started and ended; "bad" exits 3
     script = ("import sys, time, pathlib; t = sys.argv[1]; p = pathlib.Path(sys.argv[2]);"
               "p.joinpath(t + '.start').write_text(repr(time.time())); time.sleep(0.4);"
@@ -361,7 +361,7 @@ def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_
 
 def test_paired_gain_and_its_standard_error_decide_whether_the_gain_grows():
     from analysis.measures import paired_difference
-    from analysis.repro_pretrain import gain_verdict
+    from reproduce.pretraining import gain_verdict
 
     def samples(rates):          # task -> number of the 8 samples that succeed
         return [{"split": "ID", "difficulty": t.split("-")[0], "task": t, "success": s < n}

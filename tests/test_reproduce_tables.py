@@ -1,12 +1,12 @@
 """Every reproduction table, end to end, against a fake artifact store.
 
-Why: most tables of `analysis.reproduce` only run after hours of training, so a key error, a NaN
+Why: most tables of `python -m reproduce` only run after hours of training, so a key error, a NaN
 in a format string or a wrong path in their report-building code would surface at the very end of
 a long run.  Here the *stages* are faked, not the tables: pre-training and post-training write
 run folders of the real layout (``train_config.json``, ``summary.json``, ``metrics.jsonl``,
 ``eval/step_N/``, ``checkpoints/step_N/`` with loadable weights of a tiny Qwen2 and its tokenizer,
 MOPD's real cascade driver on top), evaluations are synthetic but deterministic functions of the
-evaluated model, and each table runs through `reproduce.main` at scale tiny (one task per cell).
+evaluated model, and each table runs through `cli.main` at scale tiny (one task per cell).
 The real rollouts of Table 4's token views and the TurnOPD probe run on the tiny random model.
 Assertions check that each table's numbers are the ones that follow from the fake evaluations.
 """
@@ -23,19 +23,20 @@ import numpy as np
 import pytest
 import torch
 
-from analysis import artifacts, repro_pretrain, reproduce
-from analysis.artifacts import EVAL_K, Store
 from analysis.params import load_state_dict
 from analysis.report import cell_text
-from analysis.repro_merge import final_checkpoint
 from engine.evaluate import DIFFICULTIES as DIFFS, PATTERN_COLUMNS, score
+from planning_gym.constants import EVAL_K
 from posttrain.teachers import REGIMES
 from pretrain.tokenizer import save_tokenizer
+from reproduce import cli, pretraining
+from reproduce.merge import final_checkpoint
+from reproduce.store import Store, _slug
 from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, tokenizer, random model)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PRETRAIN_STEPS = (100, 200, 300)                 # the tiny preset's checkpoints (ckpt_every 100)
-REAL_CORPUS_TOKENS = repro_pretrain.corpus_tokens      # the `store` fixture fakes it for Fig. 3's third arm
+REAL_CORPUS_TOKENS = pretraining.corpus_tokens      # the `store` fixture fakes it for Fig. 3's third arm
 POST_STEP = 1e-4                                 # how far one fake post-training step moves the weights
 
 
@@ -49,7 +50,7 @@ def successes(key: str, domain: str, split: str, difficulty: str, task: int = 0)
 
 
 def fake_score(key: str, split: str, difficulty: str, metric: str = "avg@8", domains=("fa",)) -> float:
-    """What `artifacts.cell` must read from a fake evaluation (one task per cell, as at tiny)."""
+    """What `analysis.run_logs.cell` must read from a fake evaluation (one task per cell, as at tiny)."""
     diffs = DIFFS if difficulty == "all" else (difficulty,)
     n = [successes(key, d, split, k) for d in domains for k in diffs]
     return float(np.mean([100.0 * (x / EVAL_K if metric == "avg@8" else x > 0) for x in n]))
@@ -155,7 +156,7 @@ class FakeTrainer:
         self.data = Path(data) if data else corpus_of(final_checkpoint(self.student))
 
     def evaluate(self, step: int, wall: float) -> dict:
-        key = artifacts._slug(self.out / "checkpoints" / f"step_{step:06d}", self.fakes.home)
+        key = _slug(self.out / "checkpoints" / f"step_{step:06d}", self.fakes.home)
         s = write_evaluation(self.out / "eval" / f"step_{step:06d}", key, self.data, self.cfg.eval_tasks_per_cell,
                              self.cfg.seed)
         return {"step": step, "eval": True, "train_wall_s": wall,
@@ -210,7 +211,7 @@ def store(assets, tmp_path_factory):  # noqa: F811
         mp.setattr(posttrain.train, "Trainer", FakeTrainer)
         mp.setattr(posttrain.mopd, "Trainer", FakeTrainer)
         # a direct trajectory 0.4 times as long as a world-model one: equal trajectories at step 120
-        mp.setattr(repro_pretrain, "corpus_tokens", lambda run: 400 if "direct" in Path(run).name else 1000)
+        mp.setattr(pretraining, "corpus_tokens", lambda run: 400 if "direct" in Path(run).name else 1000)
         yield store
 
 
@@ -247,7 +248,7 @@ def check_fig3_4(store, r, md):
 
 
 def check_table1(store, r, md):
-    from analysis.repro_pretrain import MIXES
+    from reproduce.pretraining import MIXES
     for mix in MIXES:
         key = key_of(store, store.pretrained(horizon_mix=mix))
         for d in DIFFS:
@@ -259,7 +260,7 @@ def check_table1(store, r, md):
 
 
 def check_fig6(store, r, md):
-    from analysis.repro_pretrain import QUALITIES
+    from reproduce.pretraining import QUALITIES
     for q in QUALITIES:
         run = store.pretrained(patterns=q)
         patterns = [o["pattern"] for o in store.samples(run)]
@@ -269,7 +270,7 @@ def check_fig6(store, r, md):
 
 
 def check_fig7(store, r, md):
-    from analysis.repro_shaping import QUALITIES
+    from reproduce.shaping import QUALITIES
     for q in QUALITIES:
         before = key_of(store, store.pretrained(patterns=q))
         for d in DIFFS:
@@ -319,7 +320,7 @@ def check_table4(store, r, md):
 
 
 def check_mopd(store, r, md):
-    from analysis.repro_merge import CASCADE, build
+    from reproduce.merge import CASCADE, build
     assert set(REGIMES) <= set(r)
     for regime in REGIMES:
         a, scores = build(store, regime), r[regime]["scores"]
@@ -338,7 +339,7 @@ def check_mopd(store, r, md):
 
 
 def check_fig22(store, r, md):
-    from analysis.repro_merge import build
+    from reproduce.merge import build
     a = build(store, "shared_compatible")
     assert r["labels"] == ["Instruct", "MOPD 1", "MOPD 2", "MOPD 3", "Teacher FA", "Teacher LF", "Teacher EA"]
     w = [load_state_dict(final_checkpoint(p)) for p in (a["student"], a["stages"]["fa"], a["teachers"]["lf"])]
@@ -349,7 +350,7 @@ def check_fig22(store, r, md):
 
 
 def check_turnopd(store, r, md):
-    from analysis.repro_turnopd import METHODS
+    from reproduce.turnopd import METHODS
     same = {row["method"]: row for row in r["same_step"]}
     least = {row["method"]: row for row in r["least_time"]}
     for label, method in METHODS.items():
@@ -387,13 +388,13 @@ CHECKS = {"fig3-4": (check_fig3_4, ["fig3_world_model_vs_direct", "fig3_gain_vs_
 
 
 def test_every_table_has_a_check():
-    assert list(CHECKS) == list(reproduce.REPRODUCTIONS)
+    assert list(CHECKS) == list(cli.REPRODUCTIONS)
 
 
-@pytest.mark.parametrize("table_id", list(reproduce.REPRODUCTIONS))
+@pytest.mark.parametrize("table_id", list(cli.REPRODUCTIONS))
 def test_table_builds_end_to_end(store, table_id):
     argv = [table_id, "--scale", "tiny", "--root", str(store.root), "--data-dir", str(store.data_dir)]
-    assert reproduce.main(argv) == 0
+    assert cli.main(argv) == 0
     out = store.out(table_id)
     md, config = (out / "table.md").read_text(), json.loads((out / "config.json").read_text())
     results = json.loads((out / "results.json").read_text())
@@ -416,5 +417,5 @@ def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_pa
     texts = read_texts(assets["corpus"] / "pretrain.jsonl")
     n = sum(len(assets["tokenizer"](t, add_special_tokens=False)["input_ids"]) + 1 for t in texts)   # + one EOS each
     assert REAL_CORPUS_TOKENS(run) == n
-    monkeypatch.setattr(repro_pretrain, "corpus_tokens", lambda r: n if r == run else n // 4)
-    assert repro_pretrain.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)
+    monkeypatch.setattr(pretraining, "corpus_tokens", lambda r: n if r == run else n // 4)
+    assert pretraining.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)

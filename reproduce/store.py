@@ -309,13 +309,3 @@ def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> s
              if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)]
     return ", ".join(diffs)
 
-
-def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:
-    """One number of an evaluation summary (percent): ``domain=None`` averages over domains by task."""
-    rows = [r for r in summary["table"] if r["split"] == split and r["difficulty"] == difficulty
-            and (domain is None or r["domain"] == domain)]
-    if not rows:
-        return float("nan")
-    n = sum(r["tasks"] for r in rows)
-    return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
-

@@ -1,16 +1,16 @@
-"""One command per table or figure of the two papers: ``python -m analysis.reproduce TABLE``.
+"""One command per table or figure of the two papers: ``python -m reproduce TABLE`` (`make reproduce`).
 
-    python -m analysis.reproduce fig3-4 --scale tiny      # one table (builds what it needs)
-    python -m analysis.reproduce all --scale tiny         # every table, in dependency order
-    python -m analysis.reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± std
-    python -m analysis.reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
-    python -m analysis.reproduce --list
+    python -m reproduce fig3-4 --scale tiny      # one table (builds what it needs)
+    python -m reproduce all --scale tiny         # every table, in dependency order
+    python -m reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± std
+    python -m reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
+    python -m reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
 paper's, SPEC §8), ``results.json``, ``config.json`` and PNG figures.  The models, post-training
-runs and evaluations behind the tables are shared artifacts (`analysis.artifacts`), so `all` builds
+runs and evaluations behind the tables are shared artifacts (`reproduce.store`), so `all` builds
 each once and a rerun only evaluates what is missing.  Budgets per scale are in
-`analysis.artifacts.BUDGETS`; tiny is a smoke test of the whole pipeline, not a result.
+`reproduce.store.BUDGETS`; tiny is a smoke test of the whole pipeline, not a result.
 
 With ``--seeds N`` every model is trained and sampled N times (seed s lives under
 ``<root>/<scale>-seed<s>``, seed 0 under ``<root>/<scale>``; the corpora are shared), each seed
@@ -28,23 +28,23 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable
 
-from analysis import repro_merge, repro_pretrain, repro_shaping, repro_turnopd
-from analysis.artifacts import ReproductionError, Store
 from analysis.report import Report, json_safe, merge_seeds
+from reproduce import merge, pretraining, shaping, turnopd
+from reproduce.store import ReproductionError, Store
 
 # id -> (what it reproduces, function); the order is the dependency order of `all`.
 REPRODUCTIONS = {
-    "fig3-4": ("Figs. 3-4: world-model CoT vs direct actions", repro_pretrain.world_model_vs_direct),
-    "table1": ("Table 1 / Fig. 5: horizon mixtures of the pre-training data", repro_pretrain.horizon_mixtures),
-    "fig6": ("Fig. 6: optimal vs suboptimal pre-training trajectories", repro_pretrain.data_quality),
-    "fig7": ("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)", repro_shaping.region_map),
-    "fig9-10": ("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)", repro_shaping.update_directions),
-    "table4": ("Table 4 / Figs. 11-15: matched vs crossed-recipe teacher", repro_shaping.knowledge_mismatch),
-    "mopd": ("Tables 6-7 / Figs. 17-21: cascaded multi-teacher OPD in three regimes", repro_merge.mopd_regimes),
-    "fig22": ("Fig. 22: parameter dynamics of MOPD", repro_merge.parameter_dynamics),
+    "fig3-4": ("Figs. 3-4: world-model CoT vs direct actions", pretraining.world_model_vs_direct),
+    "table1": ("Table 1 / Fig. 5: horizon mixtures of the pre-training data", pretraining.horizon_mixtures),
+    "fig6": ("Fig. 6: optimal vs suboptimal pre-training trajectories", pretraining.data_quality),
+    "fig7": ("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)", shaping.region_map),
+    "fig9-10": ("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)", shaping.update_directions),
+    "table4": ("Table 4 / Figs. 11-15: matched vs crossed-recipe teacher", shaping.knowledge_mismatch),
+    "mopd": ("Tables 6-7 / Figs. 17-21: cascaded multi-teacher OPD in three regimes", merge.mopd_regimes),
+    "fig22": ("Fig. 22: parameter dynamics of MOPD", merge.parameter_dynamics),
     "turnopd": ("TurnOPD main table: OPD vs TCOD-F2B vs TurnOPD at equal steps and equal time",
-                repro_turnopd.main_table),
-    "turnopd-ablation": ("TurnOPD ablation: adaptive depth and turn-blended loss", repro_turnopd.ablation),
+                turnopd.main_table),
+    "turnopd-ablation": ("TurnOPD ablation: adaptive depth and turn-blended loss", turnopd.ablation),
 }
 
 
@@ -142,7 +142,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m analysis.reproduce", description=__doc__.split("\n")[0])
+    p = _Parser(prog="python -m reproduce", description=__doc__.split("\n")[0])
     p.add_argument("table", nargs="?", help=f"one of {', '.join(REPRODUCTIONS)}, or all")
     p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         if args.jobs > 1 and len(todo) > 1:
             same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--seeds", str(args.seeds)]
-            failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "analysis.reproduce", t, *same],
+            failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "reproduce", t, *same],
                                 stores[0].out)
             if failed:
                 print(f"error: {', '.join(failed)} failed (see their reproduce.log)", file=sys.stderr)

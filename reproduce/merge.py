@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.artifacts import Store, cell
 from analysis.figures import plot_checkpoint_dynamics, plot_pattern_heatmap
 from analysis.measures import pattern_table
-from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
+from analysis.run_logs import cell
 from posttrain.teachers import REGIMES
+from reproduce.paper_numbers import fmt, paper
+from reproduce.store import Store
 
 CASCADE = ("fa", "lf", "ea")          # the cascade order, also the student's family (one tokenizer)
 STUDENT_PATTERNS = "4opt4sub"

@@ -20,44 +20,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.artifacts import EVAL_K, Store, cell
 from analysis.figures import plot_frontier, plot_loss_budget, plot_per_turn_kl
-from analysis.info import forced_mass, top1_from_logits
-from analysis.measures import (compare_loss_budgets, least_time_table, logs_frame, per_turn_kl, same_step_table,
-                               speedup_table)
-from analysis.paper_numbers import fmt, paper
+from analysis.info import forced_mass
+from analysis.measures import compare_loss_budgets, least_time_table, per_turn_kl, same_step_table, speedup_table
 from analysis.report import Report
-from analysis.repro_shaping import metrics
+from analysis.run_logs import cell, frame, step_cell
+from analysis.teacher_scoring import posttrain_tasks, score_rollouts
 from planning_gym.constants import TURNOPD_TOPK as TOPK     # TurnOPD's Table 7
+from reproduce.paper_numbers import fmt, paper
+from reproduce.store import Store
 
 METHODS = {"OPD": "opd", "TCOD-F2B": "tcod", "TurnOPD": "turnopd"}
 ARMS = {"vanilla OPD": dict(adaptive_depth=False, turn_blend=False),
         "adaptive depth only": dict(turn_blend=False),
         "linear blend only": dict(adaptive_depth=False),
         "both (TurnOPD)": dict()}
-
-
-def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_K) -> pd.DataFrame:
-    """One row per metrics record: method, step, wall, acc (``split`` avg@k on evaluation records,
-    NaN on training steps) and the training step's mean depth / cap where logged."""
-    rows = []
-    for r in records:
-        ev = bool(r.get("eval"))
-        rows.append({"method": method, "step": int(r["step"]), "wall": float(r.get("train_wall_s", 0.0)),
-                     "acc": float(r[f"{split}_avg@{k}"]) if ev and f"{split}_avg@{k}" in r else float("nan"),
-                     "depth": float("nan") if ev or r.get("depth") is None else float(r["depth"]),
-                     "cap": float("nan") if ev or r.get("cap") is None else float(r["cap"])})
-    return pd.DataFrame(rows, columns=["method", "step", "wall", "acc", "depth", "cap"])
-
-
-def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None, k: int = EVAL_K) -> pd.DataFrame:
-    """Logs of all runs; ``start`` (the shared student's evaluation summary) becomes every run's
-    step-0 point, so the runs need not each re-evaluate the same model (``eval_at_start=False``)."""
-    parts = [log_rows(metrics(r), m, split, k) for m, r in runs.items()]
-    if start is not None:
-        acc = cell(start, split, "all")
-        parts += [pd.DataFrame([{"method": m, "step": 0, "wall": 0.0, "acc": acc}]) for m in runs]
-    return logs_frame(pd.concat(parts, ignore_index=True))
 
 
 def pair(store: Store) -> tuple[Path, Path]:
@@ -90,14 +67,14 @@ def main_table(store: Store) -> Report:
     same = same_step_table(logs)
     report.add(f"Same step: ID avg@8 (%) at step {int(same['step'].iloc[0])} (the last step every method evaluated)",
                ["method", "eval step", "ID avg@8", "train wall (s)", "paper Multi-Hop same-step"],
-               [[m, _int(r["eval_step"]), r["acc"], r["wall"], fmt(paper("turnopd", "Multi-Hop same-step", METHODS[m]))]
-                for m, r in same.iterrows()])
+               [[m, step_cell(r["eval_step"]), r["acc"], r["wall"],
+                 fmt(paper("turnopd", "Multi-Hop same-step", METHODS[m]))] for m, r in same.iterrows()])
     least = least_time_table(logs)
     report.add(f"Least time: ID avg@8 (%) within {least['wall_budget'].iloc[0]:.1f} s of training (the least "
                "common wall time), with the steps each method completed by then",
                ["method", "steps completed", "eval step", "ID avg@8", "paper ALFWorld-1.7B least-time",
                 "paper Multi-Hop least-time"],
-               [[m, int(r["steps_completed"]), _int(r["eval_step"]), r["acc"],
+               [[m, int(r["steps_completed"]), step_cell(r["eval_step"]), r["acc"],
                  fmt(paper("turnopd", "ALFWorld-1.7B least-time", METHODS[m])),
                  fmt(paper("turnopd", "Multi-Hop least-time", METHODS[m]))] for m, r in least.iterrows()])
     speed = speedup_table(logs, reference="OPD")
@@ -119,7 +96,7 @@ def main_table(store: Store) -> Report:
     report.results["per_turn_kl"] = {k: v.reset_index().to_dict("records") for k, v in curves.items()}
     report.results["loss_budget"] = budget.reset_index().to_dict("records")
     report.figures.append(plot_per_turn_kl(curves, out / "per_turn_kl.png",
-                                           title="Per-turn reverse KL to the teacher (top-50)"))
+                                           title=f"Per-turn reverse KL to the teacher (top-{TOPK})"))
     report.figures.append(plot_loss_budget(budget, out / "loss_budget.png"))
     lam = pd.DataFrame(forced)
     report.results["forced_mass"] = {k: v.to_dict() for k, v in forced.items()}
@@ -132,11 +109,6 @@ def main_table(store: Store) -> Report:
                ["depth", *budget.columns], [[int(d), *(100 * r).tolist()] for d, r in budget.iterrows()])
     report.notes += _main_notes(same, least, speed, start=cell(store.evaluation(student), "ID", "all"))
     return report
-
-
-def _int(v) -> int | None:
-    """A table's step cell: an int, or None (an en dash) for a missing one."""
-    return None if v is None or v != v else int(v)
 
 
 def _x(v: float) -> str:
@@ -172,44 +144,22 @@ def _main_notes(same: pd.DataFrame, least: pd.DataFrame, speed: pd.DataFrame,
 # ----------------------------------------------------------------------------- per-turn KL probe
 def turn_kl_probe(models: dict[str, Path], teacher: Path, n_tasks: int = 4, group: int = 2, seed: int = 0,
                   **rollout_settings):
-    """Per-turn reverse KL (top-50) of each model's own rollouts to the teacher, on the same
+    """Per-turn reverse KL (top-``TOPK``) of each model's own rollouts to the teacher, on the same
     ``n_tasks`` mid/long posttrain tasks x ``group`` samples; the first model's loss-budget shares
     under alpha = 0, 0.5, 1; and each model's forced-mass proxy lambda by turn depth (a Series
     indexed by depth). Small on purpose: one rollout batch per model. ``rollout_settings`` go to
     `engine.rollout.RolloutConfig` (sampling is at temperature 1, as in training)."""
-    import torch
-
-    from posttrain import losses
-    from engine.backend import make_policy
-    from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
-    from engine.rollout import RolloutConfig, rollout
-    from pretrain.tokenizer import special_ids
+    from engine.evaluate import load_model_and_tokenizer
 
     tmodel, _, corpus = load_model_and_tokenizer(run_dir=teacher)
-    tmodel.eval()
-    worlds = load_worlds(corpus)
-    rows = load_rows(corpus, "posttrain")
-    rows = ([r for r in rows if r["difficulty"] == "long"] + [r for r in rows if r["difficulty"] == "mid"]
-            + rows)[:n_tasks]
-    tasks = [task_for_row(worlds, r) for r in rows for _ in range(group)]
+    tasks = posttrain_tasks(corpus, n_tasks, group, longest_first=True)
     curves, budget, forced = {}, None, {}
-    for label, path in models.items():
-        model, tok, _ = load_model_and_tokenizer(run_dir=path)
-        model.eval()
-        pad = special_ids(tok).pad
-        with torch.no_grad():
-            ro = rollout(make_policy(model, "auto", pad), tok, tasks, RolloutConfig(temperature=1.0, **rollout_settings), seed=seed)
-            b = ro.batch(pad)
-            ids, attn = b["input_ids"], b["attention_mask"]
-            mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]
-            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-            t_logits = tmodel(input_ids=ids, attention_mask=attn).logits[:, :-1]
-            kl = losses.reverse_kl_topk(logits, mask, TOPK, teacher_logits=t_logits)
-            lam = forced_mass(*top1_from_logits(logits), *top1_from_logits(t_logits), turn, mask)
-        curves[label] = per_turn_kl(kl, turn, mask)
+    for label, s in score_rollouts(models, {"teacher": tmodel}, tasks, TOPK, seed=seed, **rollout_settings):
+        curves[label] = per_turn_kl(s.kl["teacher"], s.turn_index, s.agent_mask)
+        lam = forced_mass(*s.top1, *s.teacher_top1["teacher"], s.turn_index, s.agent_mask)
         forced[label] = lam.set_index("depth")["lambda"]
         if budget is None:
-            budget = compare_loss_budgets(turn, mask, alphas=(0.0, 0.5, 1.0))
+            budget = compare_loss_budgets(s.turn_index, s.agent_mask, alphas=(0.0, 0.5, 1.0))
     return curves, budget, forced
 
 

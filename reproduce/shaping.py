@@ -19,21 +19,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.artifacts import Store, cell
 from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_maps, plot_subspace_curves,
                               plot_token_probabilities, plot_cosine_series)
 from analysis.measures import kl_group_summary, paired_difference, region_labels, token_kl_frame
-from analysis.paper_numbers import fmt, paper
 from analysis.report import Report
+from analysis.run_logs import cell, metrics
+from analysis.teacher_scoring import posttrain_tasks, score_rollouts
 from planning_gym.constants import PHYSICS_OPD_TOPK
+from reproduce.paper_numbers import fmt, paper
+from reproduce.store import Store
 
 DIFFS = ("short", "mid", "long")
 QUALITIES = ("4opt", "4opt4sub", "4opt8sub")
-
-
-def metrics(run: Path) -> list[dict]:
-    """A post-training run's metrics.jsonl records."""
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def _curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -138,7 +135,7 @@ def direction_note(grpo: float, opd: float) -> str:
 
 def update_directions(store: Store) -> Report:
     from analysis.params import consecutive_cosines, load_state_dict, subspace_trajectory
-    from analysis.repro_merge import final_checkpoint
+    from reproduce.merge import final_checkpoint
     report = Report("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)")
     student, teacher = store.pretrained(patterns="4opt4sub"), store.pretrained()
     w0 = load_state_dict(final_checkpoint(student))
@@ -175,7 +172,7 @@ def knowledge_mismatch(store: Store) -> Report:
     teacher_a, teacher_b = store.pretrained(), store.pretrained(recipe="B")
     student = store.checkpoint(teacher_a)
     corpus_a = json.loads((teacher_a / "train_config.json").read_text())["data"]
-    # the two arms differ only in the teacher; OPD as in the Physics paper (top-k 100)
+    # the two arms differ only in the teacher; OPD as in the Physics paper (top-k PHYSICS_OPD_TOPK = 100)
     runs = {arm: store.posttrained(f"table4-opd-{name}", "opd", student, teacher, topk=PHYSICS_OPD_TOPK,
                                    eval_at_start=False, eval_every=0)
             for arm, name, teacher in (("matched (A)", "matched", teacher_a), ("crossed (B)", "crossed", teacher_b))}
@@ -209,7 +206,8 @@ def knowledge_mismatch(store: Store) -> Report:
     frame, strips = _token_views(student, {"teacher A (matched)": teacher_a, "teacher B (crossed)": teacher_b},
                                  runs["matched (A)"], corpus_a, seed=store.seed)
     summary = kl_group_summary(frame, by=("teacher", "traj_success", "step_ok"))
-    report.add("Token-level reverse KL (top-100) on the student's rollouts, by teacher and correctness (Fig. 13)",
+    report.add(f"Token-level reverse KL (top-{PHYSICS_OPD_TOPK}) on the student's rollouts, by teacher and "
+               "correctness (Fig. 13)",
                ["teacher", "trajectory ok", "step ok", "tokens", "mean KL", "median KL"],
                [[*k, int(r["count"]), r["mean"], r["q50"]] for k, r in summary.iterrows()])
     report.results["token_kl"] = [{"group": list(k), **r.to_dict()} for k, r in summary.iterrows()]
@@ -226,43 +224,24 @@ def knowledge_mismatch(store: Store) -> Report:
 
 def _token_views(student: Path, teachers: dict, late_student: Path, corpus: str, n_tasks: int = 4,
                  seed: int = 0):
-    """Per-token KL frame (student rollouts scored by each teacher) and two probability strips:
-    the first rollout of the early student and of the late (post-OPD) student."""
+    """Per-token KL frame (the early student's rollouts scored by each teacher, top-k as in the
+    Physics paper's OPD) and two probability strips: the first rollout of the early student and of
+    the late (post-OPD) student, with each teacher's probability of the same tokens."""
     import torch
 
-    from posttrain import losses
-    from engine.backend import make_policy
-    from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
-    from engine.rollout import RolloutConfig, rollout
-    from pretrain.tokenizer import special_ids
-
-    worlds = load_worlds(Path(corpus))
-    rows = [r for r in load_rows(Path(corpus), "posttrain") if r["difficulty"] != "short"][:n_tasks]
-    tasks = [task_for_row(worlds, r) for r in rows for _ in range(2)]
-    tmodels = {name: load_model_and_tokenizer(run_dir=t)[0].eval() for name, t in teachers.items()}
+    tasks = posttrain_tasks(Path(corpus), n_tasks, group=2)
     frames, strips = [], {}
-    for label, path in (("early student", student), ("post-OPD student", late_student)):
-        model, tok, _ = load_model_and_tokenizer(run_dir=path)
-        model.eval()
-        pad = special_ids(tok).pad
-        with torch.no_grad():
-            ro = rollout(make_policy(model, "auto", pad), tok, tasks, RolloutConfig(temperature=1.0, step_limit=20), seed=seed)
-            b = ro.batch(pad)
-            ids, attn = b["input_ids"], b["attention_mask"]
-            mask, turn = b["agent_mask"][:, 1:], b["turn_index"][:, 1:]
-            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-            probs = {f"student ({label})": torch.softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]}
-            step_ok = torch.zeros(len(ro.episodes), max(1, max(e.n_turns for e in ro.episodes)), dtype=torch.bool)
-            for i, e in enumerate(ro.episodes):
+    for label, s in score_rollouts({"early student": student, "post-OPD student": late_student}, teachers,
+                                   tasks, PHYSICS_OPD_TOPK, seed=seed, step_limit=20):
+        if label == "early student":
+            step_ok = torch.zeros(len(s.episodes), max(1, max(e.n_turns for e in s.episodes)), dtype=torch.bool)
+            for i, e in enumerate(s.episodes):
                 step_ok[i, :len(e.valid)] = torch.tensor(e.valid, dtype=torch.bool)
-            for name, tm in tmodels.items():
-                t_logits = tm(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-                probs[name] = torch.softmax(t_logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
-                if label == "early student":
-                    kl = losses.reverse_kl_topk(logits, mask, PHYSICS_OPD_TOPK, teacher_logits=t_logits)
-                    frames.append(token_kl_frame(kl, mask, turn, [e.success for e in ro.episodes], step_ok)
-                                  .assign(teacher=name))
-        first = mask[0].nonzero().flatten()[:72]
-        tokens = [tok.decode([int(ids[0, j + 1])]) for j in first]
+            for name, kl in s.kl.items():
+                frames.append(token_kl_frame(kl, s.agent_mask, s.turn_index, [e.success for e in s.episodes],
+                                             step_ok).assign(teacher=name))
+        probs = {f"student ({label})": s.token_probs, **s.teacher_probs}
+        first = s.agent_mask[0].nonzero().flatten()[:72]
+        tokens = [s.tokenizer.decode([int(s.input_ids[0, j + 1])]) for j in first]
         strips[label] = (tokens, {k: v[0, first].tolist() for k, v in probs.items()})
     return pd.concat(frames, ignore_index=True), strips

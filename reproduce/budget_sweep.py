@@ -14,7 +14,7 @@ steps and resumed, so the sweep continues where a killed or earlier session left
 student's own evaluation with the same settings is computed once (``base/``). Differences are
 paired by task (`analysis.measures.paired_difference`) over the evaluation's tasks.
 
-    python -m analysis.budget_sweep --student runs/pretrain-fa-small --teacher runs/teacher-fa-small \\
+    python -m reproduce.budget_sweep --student runs/pretrain-fa-small --teacher runs/teacher-fa-small \\
         --out runs/sweep-small [--lrs 1e-5,5e-5] [--steps 20] [--kl 0] [--entropy 0] [--arms self,opd,grpo]
         [--set eval_tasks_per_cell=16] [--report]       # --report: only tabulate what has finished
 
@@ -148,7 +148,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m analysis.budget_sweep", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m reproduce.budget_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--student", required=True)
     p.add_argument("--teacher", help="a stronger teacher (needed by the opd arm)")
     p.add_argument("--out", required=True)

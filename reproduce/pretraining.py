@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.artifacts import Store, cell
 from analysis.figures import plot_grouped_bars, plot_lines
 from analysis.measures import paired_difference
-from analysis.paper_numbers import paper
 from analysis.report import Report
+from analysis.run_logs import cell
+from reproduce.paper_numbers import paper
+from reproduce.store import Store
 
 DIFFS = ("short", "mid", "long")
 SCALING_STEPS = {"tiny": (100, 200, 300), "small": (200, 600, 1000), "paper": (1000, 3000, 9000)}

@@ -1,0 +1,62 @@
+"""Reading what runs wrote: a post-training run's ``metrics.jsonl`` and an evaluation's ``summary.json``.
+
+Why here: the training-curve command (`analysis.curves`) and the reproductions' tables
+(`reproduce.shaping`, `reproduce.turnopd`, ...) read the same records the same way, and
+`analysis/` must not import `reproduce/` (the data flow is planning_gym <- pretrain <- engine <-
+posttrain <- analysis <- reproduce).  These helpers only read files and build tables; they train
+and evaluate nothing.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.measures import logs_frame
+from planning_gym.constants import EVAL_K
+
+__all__ = ["metrics", "cell", "log_rows", "frame", "step_cell"]
+
+
+def metrics(run: Path) -> list[dict]:
+    """A post-training run's metrics.jsonl records."""
+    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:
+    """One number of an evaluation summary (percent): ``domain=None`` averages over domains by task."""
+    rows = [r for r in summary["table"] if r["split"] == split and r["difficulty"] == difficulty
+            and (domain is None or r["domain"] == domain)]
+    if not rows:
+        return float("nan")
+    n = sum(r["tasks"] for r in rows)
+    return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
+
+
+def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_K) -> pd.DataFrame:
+    """One row per metrics record: method, step, wall, acc (``split`` avg@k on evaluation records,
+    NaN on training steps) and the training step's mean depth / cap where logged."""
+    rows = []
+    for r in records:
+        ev = bool(r.get("eval"))
+        rows.append({"method": method, "step": int(r["step"]), "wall": float(r.get("train_wall_s", 0.0)),
+                     "acc": float(r[f"{split}_avg@{k}"]) if ev and f"{split}_avg@{k}" in r else float("nan"),
+                     "depth": float("nan") if ev or r.get("depth") is None else float(r["depth"]),
+                     "cap": float("nan") if ev or r.get("cap") is None else float(r["cap"])})
+    return pd.DataFrame(rows, columns=["method", "step", "wall", "acc", "depth", "cap"])
+
+
+def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None, k: int = EVAL_K) -> pd.DataFrame:
+    """Logs of all runs; ``start`` (the shared student's evaluation summary) becomes every run's
+    step-0 point, so the runs need not each re-evaluate the same model (``eval_at_start=False``)."""
+    parts = [log_rows(metrics(r), m, split, k) for m, r in runs.items()]
+    if start is not None:
+        acc = cell(start, split, "all")
+        parts += [pd.DataFrame([{"method": m, "step": 0, "wall": 0.0, "acc": acc}]) for m in runs]
+    return logs_frame(pd.concat(parts, ignore_index=True))
+
+
+def step_cell(v) -> int | None:
+    """A table's step cell: an int, or None (an en dash) for a missing one."""
+    return None if v is None or v != v else int(v)
