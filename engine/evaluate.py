@@ -23,7 +23,6 @@ stderr and exit status 2.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -36,7 +35,7 @@ from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
 from planning_gym import constants as C
 from planning_gym.constants import DIFFICULTIES
 from pretrain.checkpoint import load_model_and_tokenizer  # noqa: F401  (part of this module's API)
-from pretrain.config import UsageError
+from planning_gym.cli import Parser, UsageError, prepare_output
 
 SPLITS = {"test_id": "ID", "test_ood": "OOD"}
 PATTERN_COLUMNS = (*PATTERNS, OTHERS)
@@ -218,13 +217,8 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
     return summary
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m engine.evaluate", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m engine.evaluate", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", help="a pretrain run folder")
     src.add_argument("--model", help="a checkpoint folder (model + tokenizer); needs --data")
@@ -240,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--splits", default="ID,OOD", help="comma-separated test splits to run (ID, OOD)")
     p.add_argument("--difficulties", help="comma-separated bins to run (short, mid, long; default all)")
-    p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval)")
+    p.add_argument("--out", help="output folder (default: RUN/eval or MODEL/eval, replaced on a rerun)")
+    p.add_argument("--force", action="store_true", help="replace the results in a non-empty --out")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--backend", default="auto", help="rollout backend: auto (fastest correct), lean, hf, vllm")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -265,8 +260,14 @@ def main(argv: list[str] | None = None) -> int:
             from engine.vllm_backend import VLLMUnavailable, vllm_available
             if not vllm_available():
                 raise VLLMUnavailable("--backend vllm needs the vllm extra: run `make vllm` and use .venv-vllm/bin/python")
+        if args.model and (Path(args.model) / "train_config.json").is_file():
+            raise UsageError(f"{args.model} is a run folder: pass it as --run (--model takes a checkpoint folder)")
         if args.model and not args.data:
             raise UsageError("--model needs --data (a corpus folder)")
+        if args.out:     # checked before the evaluation runs, not after
+            if (Path(args.out) / "train_config.json").is_file():
+                raise UsageError(f"--out {args.out} is a run folder; its summary.json would be overwritten")
+            prepare_output(args.out, exists_ok=args.force, what="--out")
         model, tokenizer, data = load_model_and_tokenizer(
             Path(args.run) if args.run else None, Path(args.model) if args.model else None)
         corpus = Path(args.data) if args.data else data
@@ -286,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"error: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     k = summary["k"]
     for split, s in summary["overall"].items():
         print(f"{split}: avg@{k} {s[f'avg@{k}']:.2f}  pass@{k} {s[f'pass@{k}']:.2f}")

@@ -13,6 +13,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 
+from .cli import UsageError
 from .graph import GraphParams
 from .patterns import mixture_weights
 from .tasks import BINS, GOAL_MIN_PLAN, bins_from
@@ -41,7 +42,10 @@ def scale_graph(scale: str) -> GraphParams:
     return _GRAPHS[scale]
 
 
-class ConfigError(ValueError):
+MAX_POOL_PER_BIN = 10**6
+
+
+class ConfigError(UsageError, ValueError):
     """A configuration that cannot be generated."""
 
 
@@ -152,6 +156,9 @@ class CorpusConfig:
             raise ConfigError(f"recipe must be a short alphanumeric name like A or B, got '{self.recipe}'")
         if min(self.n_pretrain_per_bin, self.n_test_per_bin) < 1 or self.n_posttrain_per_bin < 0:
             raise ConfigError("pool sizes must be positive")
+        if max(self.n_pretrain_per_bin, self.n_posttrain_per_bin, self.n_test_per_bin) > MAX_POOL_PER_BIN:
+            raise ConfigError(f"pool sizes are at most {MAX_POOL_PER_BIN:,} rows per bin (the paper scale uses "
+                              "far fewer); a larger corpus is a mistake more often than a wish")
         self.graph.check()
 
     @property

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .cli import UsageError
 from .config import SPLITS, CorpusConfig
 from .env import Task
 from .patterns import OPTIMAL, mixture_weights
@@ -44,7 +45,7 @@ def code_fingerprint() -> str:
     import hashlib
     root = Path(__file__).parent
     h = hashlib.sha256()
-    readers = {"bench.py", "reference_env.py", "gym_env.py", "make_data.py"}   # write nothing into a corpus
+    readers = {"bench.py", "reference_env.py", "gym_env.py", "make_data.py", "cli.py"}   # write nothing into a corpus
     for f in sorted([*root.glob("*.py"), *root.glob("domains/*.json")]):
         if f.name in readers:
             continue
@@ -103,7 +104,18 @@ def choose_pattern(cfg: CorpusConfig, split: str, rng) -> str:
 _WORKER: dict = {}
 
 
+def _die_with_parent() -> None:
+    """Linux: a worker gets SIGTERM when its parent dies, so killing `make data` leaves no orphans."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _init_worker(cfg: CorpusConfig) -> None:
+    _die_with_parent()
     _WORKER["cfg"] = cfg
     _WORKER["worlds"] = build_worlds(cfg)
     _WORKER["solvers"] = {d: Solver(w, budget=cfg.max_horizon) for d, w in _WORKER["worlds"].items()}
@@ -255,6 +267,14 @@ A split measures planning only if agents that do not plan score low on it.
 """
 
 
+def _remove_stale_tmp(out_dir: Path) -> None:
+    """Delete ``.tmp-<name>-<pid>`` folders left by killed writers (their process is gone)."""
+    for tmp in out_dir.parent.glob(f".tmp-{out_dir.name}-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: bool = True) -> dict:
     """Generate the corpus into ``out_dir`` atomically.  Returns the statistics table."""
     import datasets   # heavy import, only needed here
@@ -268,6 +288,7 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
 
     out_dir = Path(out_dir)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
+    _remove_stale_tmp(out_dir)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -296,9 +317,15 @@ def write_corpus(cfg: CorpusConfig, out_dir: Path, workers: int = 1, progress: b
             for r in rows[s]:
                 pattern_counts[s][r["pattern"]] = pattern_counts[s].get(r["pattern"], 0) + 1
         (tmp / "README.md").write_text(dataset_card(cfg, table, pattern_counts, baselines_md))
+        write_manifest(tmp)
         if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
+            shutil.rmtree(out_dir, ignore_errors=True)
+        try:
+            tmp.rename(out_dir)
+        except OSError:     # a concurrent writer of the same config got there first: same bytes, keep theirs
+            if not (out_dir / MANIFEST).is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -311,8 +338,57 @@ def load_rows(path: Path) -> list[dict]:
 
 
 # ----- reading a corpus folder (evaluation, baselines, post-training) -------------------------------------
-class CorpusError(ValueError):
+class CorpusError(UsageError, ValueError):
     """A corpus folder that is missing, incomplete or corrupt."""
+
+
+MANIFEST = "manifest.json"
+MANIFEST_FILES = ("config.json", *(f"{s}.jsonl" for s in SPLITS))
+
+
+def _file_record(path: Path) -> dict:
+    import hashlib
+    h, rows = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+            rows += chunk.count(b"\n")
+    return {"sha256": h.hexdigest(), "rows": rows}
+
+
+def _manifest_text(folder: Path) -> str:
+    files = {name: _file_record(Path(folder) / name) for name in MANIFEST_FILES if (Path(folder) / name).is_file()}
+    return json.dumps({"files": files}, indent=1) + "\n"
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: row count and SHA-256 of the config and every split, so a reader can tell
+    a complete corpus from a truncated or edited one."""
+    (Path(folder) / MANIFEST).write_text(_manifest_text(folder))
+
+
+def verify_corpus(folder: Path) -> str:
+    """The corpus digest (a hash of its files' hashes) after checking the files against
+    ``manifest.json``; CorpusError names the first file that is missing, truncated or changed. A
+    hand-made corpus without a manifest cannot be checked, but still gets a digest, so a run that
+    records it notices later changes."""
+    import hashlib
+    folder = Path(folder)
+    text = _manifest_text(folder)
+    try:
+        want = json.loads((folder / MANIFEST).read_text())["files"]
+    except FileNotFoundError:
+        want = None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorpusError(f"corrupt {folder / MANIFEST}: {exc}") from None
+    got = json.loads(text)["files"]
+    for name, record in (want or {}).items():
+        if name not in got:
+            raise CorpusError(f"corpus {folder} lacks {name}")
+        if got[name] != record:
+            raise CorpusError(f"corpus {folder}: {name} does not match its manifest ({got[name]['rows']} rows, "
+                              f"manifest {record['rows']}; changed or truncated): regenerate it with `make data`")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def read_worlds(corpus_dir) -> dict[tuple[str, str], World]:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from .cli import UsageError
 from .rng import stream
 
 
-class GraphConfigError(ValueError):
+class GraphConfigError(UsageError, ValueError):
     """Generator settings that cannot produce a valid graph."""
 
 

@@ -109,11 +109,13 @@ def config_from_args(args) -> CorpusConfig:
 def same_corpus(out: Path, cfg: CorpusConfig) -> bool:
     import json
     try:
-        from .corpus import code_fingerprint
+        from .corpus import CorpusError, code_fingerprint, verify_corpus
         expected = json.loads(json.dumps({**cfg.to_dict(), "generator": code_fingerprint()}))
-        return json.loads((out / "config.json").read_text()) == expected \
-            and all((out / f"{s}.jsonl").exists() for s in ("pretrain", "posttrain", "test_id", "test_ood"))
-    except (OSError, ValueError):
+        if json.loads((out / "config.json").read_text()) != expected:
+            return False
+        verify_corpus(out)          # a truncated or edited split means: rebuild
+        return True
+    except (OSError, ValueError, CorpusError):
         return False
 
 
@@ -124,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         out = Path(args.data_dir) / (args.name or cfg.name)
         if not args.force and same_corpus(out, cfg):
-            print(f"{out} already holds this corpus (same config.json); reusing it (--force regenerates)")
+            print(f"{out} already holds this corpus (same config.json, files match manifest.json); reusing it "
+                  "(--force regenerates)")
             return 0
+        if (out / "config.json").exists():
+            print(f"rebuilding {out}: its config or files differ from this request (or were truncated)")
         workers = args.workers or (1 if cfg.scale == "tiny" else (os.cpu_count() or 1))
         t0 = time.time()
         result = write_corpus(cfg, out, workers=workers, progress=not args.quiet)

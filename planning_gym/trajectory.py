@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 
+from .cli import UsageError
 from .env import PlanningEnv, Task
 from .patterns import DEFECT_EVERY, OTHERS, act, classify_trajectory, pattern_line, predict_line
 from .solver import Solver
@@ -29,7 +30,7 @@ ROW_FIELDS = ("id", "domain", "recipe", "split", "horizon", "difficulty", "patte
 _NO_LIMIT = 10_000
 
 
-class RowError(ValueError):
+class RowError(UsageError, ValueError):
     """A row whose text, actions or outcome disagree with the environment."""
 
 

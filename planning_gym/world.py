@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .cli import UsageError
 from .graph import GraphParams, SkillGraph, generate_graph
 from .rng import stream
 
@@ -27,7 +28,7 @@ _DOMAIN_FIELDS = ("key", "name", "gather_verb", "verbs", "base_modifiers", "base
                   "crafted_modifiers", "crafted_nouns")
 
 
-class DomainError(ValueError):
+class DomainError(UsageError, ValueError):
     """An unknown or malformed domain description."""
 
 

@@ -15,7 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from planning_gym import constants as C
-from pretrain.config import SCALES, UsageError
+from planning_gym.cli import UsageError, check_fields, spec
+from pretrain.config import SCALES
 
 DIFFICULTIES = C.DIFFICULTIES
 SPLIT_NAMES = ("ID", "OOD")                 # the test splits
@@ -29,62 +30,67 @@ def comma_list(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...
     return tuple(x for x in allowed if x in items)
 
 METHODS = ("grpo", "opd", "turnopd", "tcod")
+TOPK_SUPPORTS = ("teacher", "student", "union")          # whose top-k tokens the OPD KL is taken on
+TOPK_ESTIMATORS = ("tail", "renormalized", "truncated")  # posttrain.losses.reverse_kl_topk
+LOSS_AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")  # GRPO | DAPO | Dr. GRPO
 
 
 @dataclass
 class PosttrainConfig:
-    method: str = "opd"
-    scale: str = "tiny"
-    steps: int = 4
-    tasks_per_step: int = 2          # distinct posttrain tasks per step
-    group_size: int = 4              # rollouts per task (GRPO's G)
-    lr: float = 5e-5
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    micro_batch: int = 2             # episodes per forward/backward, grouped by length (bench-update)
-    temperature: float = 1.0
-    max_turn_tokens: int = 192
-    step_limit: int = C.STEP_LIMIT
-    rollout_batch: int = 64          # episodes in flight in the rollout engine
-    entropy_coef: float = 0.0        # entropy bonus (any method; 0: off)
-    ppo_epochs: int = 1              # passes over each rollout batch
-    ppo_mini_batches: int = 1        # optimiser steps per pass (the PPO clip acts from the second on)
+    method: str = spec("opd", "the objective (set by --method)", choices=METHODS)
+    scale: str = spec("tiny", "the SCALE preset (set by --scale)", choices=SCALES)
+    steps: int = spec(4, "optimiser rounds (one rollout batch each)", ge=1)
+    tasks_per_step: int = spec(2, "distinct posttrain tasks per step", ge=1)
+    group_size: int = spec(4, "rollouts per task (GRPO's G)", ge=1)
+    lr: float = spec(5e-5, "AdamW learning rate", gt=0)
+    weight_decay: float = spec(0.0, "AdamW weight decay", ge=0)
+    grad_clip: float = spec(1.0, "gradient-norm clip", gt=0)
+    micro_batch: int = spec(2, "episodes per forward/backward, grouped by length", ge=1)
+    temperature: float = spec(1.0, "rollout sampling temperature", gt=0)
+    max_turn_tokens: int = spec(192, "token budget of one agent turn", ge=1)
+    step_limit: int = spec(C.STEP_LIMIT, "agent turns per episode", ge=1)
+    rollout_batch: int = spec(64, "episodes in flight in the rollout engine", ge=1)
+    entropy_coef: float = spec(0.0, "entropy bonus, any method (0: off)", ge=0)
+    ppo_epochs: int = spec(1, "passes over each rollout batch", ge=1)
+    ppo_mini_batches: int = spec(1, "optimiser steps per pass (the PPO clip acts from the second on)", ge=1)
     # grpo
-    loss_agg: str = "seq-mean-token-mean"   # GRPO | token-mean (DAPO) | seq-mean-token-sum-norm (Dr. GRPO)
-    clip_eps: float = 0.2
-    scale_by_std: bool = True
-    kl_coef: float = 0.0             # KL to the start model (0: off)
-    kl_estimator: str = "k3"
-    process_weight: float = 0.0      # weight of the solver's step-level process advantage (0: off)
+    loss_agg: str = spec("seq-mean-token-mean", "GRPO loss aggregation", choices=LOSS_AGGREGATIONS)
+    clip_eps: float = spec(0.2, "PPO clip range", gt=0)
+    scale_by_std: bool = spec(True, "divide group advantages by their standard deviation")
+    kl_coef: float = spec(0.0, "KL to the start model (0: off)", ge=0)
+    kl_estimator: str = spec("k3", "KL estimator of the reference penalty", choices=("k1", "k2", "k3"))
+    process_weight: float = spec(0.0, "weight of the solver's step-level process advantage (0: off)", ge=0)
     # opd family
-    topk: int = C.PHYSICS_OPD_TOPK   # 0: full-vocabulary reverse KL
-    topk_support: str = "teacher"    # teacher | student | union: whose top-k tokens the KL is taken on
-    topk_estimator: str = "tail"     # tail (support + one bucket for the rest: >= 0, <= full KL) | renormalized | truncated
+    topk: int = spec(C.PHYSICS_OPD_TOPK, "OPD support size (0: full-vocabulary reverse KL)", ge=0)
+    topk_support: str = spec("teacher", "whose top-k tokens the KL is taken on", choices=TOPK_SUPPORTS)
+    topk_estimator: str = spec("tail", "tail (support + one bucket for the rest: >= 0, <= full KL) | "
+                               "renormalized | truncated", choices=TOPK_ESTIMATORS)
     # turnopd
-    probe_interval: int = C.TURNOPD_PROBE_INTERVAL
-    probe_warmup: int = C.TURNOPD_PROBE_WARMUP
-    h_min: int = 1
-    h_max: int = C.TURNOPD_H_MAX
-    ema_alpha: float = C.TURNOPD_EMA_ALPHA
-    adaptive_depth: bool = True      # ablation switches: the depth controller ...
-    turn_blend: bool = True          # ... and the alpha-blended turn loss (both off = OPD at top-k 50)
+    probe_interval: int = spec(C.TURNOPD_PROBE_INTERVAL, "steps between depth probes", ge=1)
+    probe_warmup: int = spec(C.TURNOPD_PROBE_WARMUP, "steps before the first depth probe", ge=0)
+    h_min: int = spec(1, "smallest rollout depth cap", ge=1)
+    h_max: int = spec(C.TURNOPD_H_MAX, "largest rollout depth cap", ge=1)
+    ema_alpha: float = spec(C.TURNOPD_EMA_ALPHA, "EMA weight of the depth signal", ge=0, le=1)
+    adaptive_depth: bool = spec(True, "ablation switch: the depth controller")
+    turn_blend: bool = spec(True, "ablation switch: the alpha-blended turn loss (both off = OPD)")
     # tcod
-    tcod_checkpoint_steps: int = 10
+    tcod_checkpoint_steps: int = spec(10, "TCOD-F2B: steps per widening of the turn window", ge=1)
     # bookkeeping
-    domains: str = ""                # comma list: only posttrain tasks of these domains ("" = all)
-    difficulties: str = ""           # comma list of short, mid, long: only tasks of these bins ("" = all)
-    eval_every: int = 0              # 0: evaluate only at the end
-    eval_at_start: bool = True       # with eval_every: also evaluate the student before step 1
-    eval_tasks_per_cell: int = 4
-    eval_k: int = C.EVAL_K
-    eval_splits: str = "ID,OOD"      # comma list: the test splits evaluations run
-    eval_difficulties: str = ""      # comma list of short, mid, long: the bins evaluations run ("" = all)
-    ckpt_every: int = 0              # 0: only the final checkpoint
-    keep_checkpoints: int = 2        # 0: keep every checkpoint (update-direction analyses need them)
-    seed: int = 0
-    device: str = "auto"             # auto (cuda when present) | cpu | cuda
-    backend: str = "auto"            # rollout backend: auto (fastest correct) | lean | hf (engine.backend)
-    bf16: bool = True                # bf16 autocast for the forward passes on CUDA (losses stay fp32)
+    domains: str = spec("", "comma list: only posttrain tasks of these domains (empty: all)")
+    difficulties: str = spec("", "comma list of short, mid, long: only tasks of these bins (empty: all)")
+    eval_every: int = spec(0, "steps between evaluations (0: only at the end)", ge=0)
+    eval_at_start: bool = spec(True, "with eval_every: also evaluate the student before step 1")
+    eval_tasks_per_cell: int = spec(4, "test tasks per (split, difficulty) cell", ge=1)
+    eval_k: int = spec(C.EVAL_K, "samples per task (avg@K)", ge=1)
+    eval_splits: str = spec("ID,OOD", "comma list: the test splits evaluations run")
+    eval_difficulties: str = spec("", "comma list of short, mid, long: the bins evaluations run (empty: all)")
+    ckpt_every: int = spec(0, "steps between checkpoints (0: only the final one)", ge=0)
+    keep_checkpoints: int = spec(2, "newest checkpoints kept (0: all; update-direction analyses need them)", ge=0)
+    seed: int = spec(0, "rollout and task-order seed", ge=0)
+    device: str = spec("auto", "auto (cuda when present) | cpu | cuda", choices=("auto", "cpu", "cuda"))
+    backend: str = spec("auto", "rollout backend (vllm serves evaluation only: training updates weights in place)",
+                        choices=("auto", "lean", "hf"))
+    bf16: bool = spec(True, "bf16 autocast for forward passes on CUDA (losses stay fp32)")
 
     @property
     def eval_split_list(self) -> tuple[str, ...]:
@@ -95,50 +101,15 @@ class PosttrainConfig:
         return comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties") or None
 
     def validate(self) -> "PosttrainConfig":
-        if self.method not in METHODS:
-            raise UsageError(f"unknown method {self.method!r} (choose one of {', '.join(METHODS)})")
-        if self.scale not in SCALES:
-            raise UsageError(f"unknown scale {self.scale!r} (choose one of {', '.join(SCALES)})")
-        for name in ("steps", "tasks_per_step", "group_size", "micro_batch", "max_turn_tokens", "step_limit",
-                     "rollout_batch", "eval_k", "tcod_checkpoint_steps", "probe_interval"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be positive")
-        if self.kl_estimator not in ("k1", "k2", "k3"):
-            raise UsageError(f"kl_estimator must be k1, k2 or k3, not {self.kl_estimator!r}")
-        from posttrain.losses import TOPK_ESTIMATORS, TOPK_SUPPORTS
-        from posttrain.objectives import LOSS_AGGREGATIONS
-        if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise UsageError(f"loss_agg must be one of {', '.join(LOSS_AGGREGATIONS)}, not {self.loss_agg!r}")
-        if self.ppo_epochs < 1 or self.ppo_mini_batches < 1 or self.entropy_coef < 0:
-            raise UsageError("ppo_epochs and ppo_mini_batches must be positive and entropy_coef >= 0")
-        if self.topk_support not in TOPK_SUPPORTS or self.topk_estimator not in TOPK_ESTIMATORS:
-            raise UsageError(f"topk_support must be one of {', '.join(TOPK_SUPPORTS)} and topk_estimator one of "
-                             f"{', '.join(TOPK_ESTIMATORS)}")
-        if self.topk < 0 or self.lr <= 0:
-            raise UsageError("topk must be >= 0 and lr > 0")
-        import math
-        reals = ("lr", "weight_decay", "grad_clip", "temperature", "clip_eps", "kl_coef", "process_weight",
-                 "entropy_coef", "ema_alpha")
-        bad = [n for n in reals if not math.isfinite(getattr(self, n))]
-        if bad:
-            raise UsageError(f"{', '.join(bad)} must be finite numbers")
-        if self.grad_clip <= 0 or self.temperature <= 0 or self.clip_eps <= 0 or self.kl_coef < 0 \
-                or self.weight_decay < 0 or not 0 <= self.ema_alpha <= 1:
-            raise UsageError("grad_clip, temperature and clip_eps must be positive, kl_coef and weight_decay "
-                             ">= 0, ema_alpha in [0, 1]")
+        """Each field's declared type and range (`planning_gym.cli.check_fields`), then the rules
+        that tie fields together; raise UsageError, return self."""
+        check_fields(self)
         comma_list(self.difficulties, DIFFICULTIES, "difficulties")
         comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties")
         if not self.eval_split_list:
             raise UsageError("eval_splits must name at least one of ID, OOD")
-        if self.backend not in ("auto", "lean", "hf"):
-            raise UsageError(f"backend must be auto, lean or hf, not {self.backend!r} (vllm serves evaluation: "
-                             "training updates the weights in place)")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise UsageError(f"device must be auto, cpu or cuda, not {self.device!r}")
-        if self.keep_checkpoints < 0:
-            raise UsageError("keep_checkpoints must be >= 0 (0 keeps all)")
-        if not 1 <= self.h_min <= self.h_max:
-            raise UsageError("need 1 <= h_min <= h_max")
+        if not self.h_min <= self.h_max:
+            raise UsageError("need h_min <= h_max")
         return self
 
 
@@ -156,6 +127,8 @@ _METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_
 def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:
     if scale not in _PRESETS:
         raise UsageError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
+    if method not in METHODS:
+        raise UsageError(f"unknown method {method!r} (choose one of {', '.join(METHODS)})")
     if {"method", "scale"} & set(overrides):
         raise UsageError("method and scale are chosen by --method and --scale, not --set")
     fields = {f.name for f in dataclasses.fields(PosttrainConfig)}

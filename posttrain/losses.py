@@ -298,8 +298,7 @@ def reverse_kl_full(student_logits: Tensor, teacher_logits: Tensor, agent_mask: 
     return _scatter_rows(mask, _p_log_ratio(ls, lt).sum(-1))
 
 
-TOPK_SUPPORTS = ("teacher", "student", "union")
-TOPK_ESTIMATORS = ("tail", "renormalized", "truncated")
+from posttrain.config import TOPK_ESTIMATORS, TOPK_SUPPORTS  # noqa: E402  (declared with the config fields)
 
 
 @torch.no_grad()

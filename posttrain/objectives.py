@@ -23,7 +23,7 @@ from torch import Tensor
 
 from posttrain import losses
 
-LOSS_AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+from posttrain.config import LOSS_AGGREGATIONS  # noqa: E402,F401  (declared with the config fields)
 
 
 @dataclass

@@ -21,17 +21,16 @@ are shared, never in trajectory quality:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 
-from planning_gym.config import ConfigError, CorpusConfig
+from planning_gym.cli import Parser, UsageError, entry, prepare_output
+from planning_gym.config import CorpusConfig
 from planning_gym.corpus import write_corpus
 from planning_gym.patterns import OPTIMAL
 from planning_gym.rng import stream
-from planning_gym.world import DomainError
 
 def _random_shared() -> dict[str, str]:
     rng = stream(0, "mopd", "random_shared")
@@ -49,8 +48,8 @@ REGIMES: dict[str, dict[str, str]] = {
 }
 
 
-class TeacherError(ValueError):
-    pass
+class TeacherError(UsageError):
+    """A teacher cannot be built from this student or difference (one ``error:`` line, exit 2)."""
 
 
 def student_corpus_config(student_run: Path) -> CorpusConfig:
@@ -79,31 +78,39 @@ def teacher_corpus(student: CorpusConfig, *, recipe: str | None = None, patterns
 
 
 def build_teacher(student_run: Path, out: Path, data_dir: Path, *, steps: int | None = None,
-                  **difference) -> Path:
-    """Write the teacher's corpus, seed its run folder with the student's tokenizer, pre-train."""
+                  resume: bool = False, force: bool = False, **difference) -> Path:
+    """Write the teacher's corpus, seed its run folder with the student's tokenizer, pre-train.
+    A non-empty ``out`` is refused unless ``resume`` (continue its pre-training) or ``force``."""
+    from pretrain.checkpoint import latest_checkpoint
     from pretrain.train import main as pretrain_main
 
     student_run, out = Path(student_run), Path(out)
+    if steps is not None and steps < 1:
+        raise TeacherError(f"--steps must be positive, got {steps}")
     if not (student_run / "tokenizer" / "tokenizer.json").is_file():
         raise TeacherError(f"{student_run} has no tokenizer/ folder: is it a pretrain run?")
     cfg = teacher_corpus(student_corpus_config(student_run), **difference)
+    prepare_output(out, exists_ok=resume or force, what="teacher folder")
+    if force and out.is_dir():
+        shutil.rmtree(out)
     corpus_dir = Path(data_dir) / cfg.name
     if not (corpus_dir / "pretrain.jsonl").exists():
         write_corpus(cfg, corpus_dir, workers=1 if cfg.scale == "tiny" else 2)
-    out.mkdir(parents=True, exist_ok=True)
     if not (out / "tokenizer").exists():
         shutil.copytree(student_run / "tokenizer", out / "tokenizer")
     argv = ["--data", str(corpus_dir), "--out", str(out), "--scale", cfg.scale]
-    if steps:
+    if steps is not None:
         argv += ["--steps", str(steps)]
+    if resume and latest_checkpoint(out) is not None:
+        argv = ["--out", str(out), "--resume"] + (["--steps", str(steps)] if steps is not None else [])
     code = pretrain_main(argv)
     if code:
-        raise TeacherError(f"teacher pre-training failed with status {code}")
+        raise TeacherError(f"teacher pre-training failed with status {code} (rerun with --resume to continue it)")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posttrain.teachers", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m posttrain.teachers", description=__doc__.split("\n")[0])
     p.add_argument("--student", required=True, help="the student's pretrain run folder")
     p.add_argument("--out", required=True, help="the teacher's run folder")
     p.add_argument("--data-dir", default="data")
@@ -112,14 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--domain", help="teacher for one domain (fa, lf, ea)")
     p.add_argument("--regime", help=f"MOPD regime: {', '.join(REGIMES)} (with --domain)")
     p.add_argument("--steps", type=int, help="pre-training steps (default: the scale's)")
-    args = p.parse_args(argv)
-    try:
-        build_teacher(Path(args.student), Path(args.out), Path(args.data_dir), steps=args.steps,
-                      recipe=args.recipe, patterns=args.patterns, domain=args.domain, regime=args.regime)
-    except (TeacherError, ConfigError, DomainError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    p.add_argument("--resume", action="store_true", help="continue an interrupted teacher build in --out")
+    p.add_argument("--force", action="store_true", help="empty a non-empty --out and start over")
+
+    def go() -> int:
+        args = p.parse_args(argv)
+        build_teacher(Path(args.student), Path(args.out), Path(args.data_dir), steps=args.steps, resume=args.resume,
+                      force=args.force, recipe=args.recipe, patterns=args.patterns, domain=args.domain,
+                      regime=args.regime)
+        return 0
+    return entry(go)
 
 
 if __name__ == "__main__":

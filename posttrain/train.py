@@ -26,9 +26,16 @@ import sys
 import time
 from pathlib import Path
 
-from posttrain.config import METHODS, PosttrainConfig, make_config
+from planning_gym.cli import Diverged, Parser, UsageError, append_jsonl, entry, fields_help, prepare_output, read_jsonl
+from posttrain.config import _PRESETS, METHODS, PosttrainConfig, make_config
 from posttrain.objectives import OBJECTIVES, MicroBatch, target_logp, update_batches
-from pretrain.config import UsageError, parse_set, resolve_scale
+from pretrain.config import parse_set, resolve_scale
+
+# Fields a resumed run may change: how long it runs, how it is evaluated, logged and placed -- not
+# what a step computes (a changed lr or top-k would make the resumed run a different experiment).
+RESUME_MAY_CHANGE = {"steps", "eval_every", "eval_at_start", "eval_tasks_per_cell", "eval_k", "eval_splits",
+                     "eval_difficulties", "ckpt_every", "keep_checkpoints", "device", "backend", "bf16",
+                     "rollout_batch", "micro_batch"}
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -47,13 +54,9 @@ def next_token_records(batch: dict) -> dict:
     return {"targets": batch["input_ids"][:, 1:], "mask": batch["agent_mask"][:, 1:],
             "turn": batch["turn_index"][:, 1:], "old": batch["logprobs"][:, 1:]}
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
 def parse_args(argv):
-    p = _Parser(prog="python -m posttrain.train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m posttrain.train", description=__doc__.split("\n\n")[0],
+               epilog=fields_help(PosttrainConfig, _PRESETS))
     p.add_argument("--method", help=" | ".join(METHODS) + " (required unless --resume)")
     p.add_argument("--student", help="run folder of the student (a pretrain or posttrain run)")
     p.add_argument("--teacher", help="run folder of the teacher (opd, turnopd, tcod)")
@@ -61,7 +64,8 @@ def parse_args(argv):
     p.add_argument("--data", help="corpus folder (default: the student's)")
     p.add_argument("--scale", help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint "
+                   "(--set steps=N extends it)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="where the models run (default auto: CUDA when present)")
     return p.parse_args(argv)
 
@@ -188,18 +192,9 @@ class Trainer:
         if saved["rng"] is not None:
             set_rng_state(*saved["rng"])
         metrics = self.out / "metrics.jsonl"
-        if metrics.exists():   # drop what the killed run logged after its last checkpoint
-            keep = []
-            for line in metrics.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:          # a half-written last line (what a kill leaves)
-                    continue
-                if record.get("step", 0) <= self.step:
-                    keep.append(line)
-                    if record.get("eval") and record.get("step") == self.step:
-                        self.evaluated_at = record
-            metrics.write_text("".join(l + "\n" for l in keep))
+        keep = [r for r in read_jsonl(metrics) if r.get("step", 0) <= self.step]  # drop rows after the checkpoint
+        self.evaluated_at = next((r for r in keep if r.get("eval") and r.get("step") == self.step), None)
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
     def save(self) -> Path:
         from pretrain.checkpoint import prune_checkpoints, save_checkpoint
@@ -212,8 +207,7 @@ class Trainer:
         return ckpt
 
     def log(self, record: dict) -> None:
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(self.out / "metrics.jsonl", record)
 
     # ----- one step -------------------------------------------------------------------------------
     def depth_cap(self) -> tuple[int | None, bool]:
@@ -306,9 +300,10 @@ class Trainer:
                 t1 = time.perf_counter()
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
                 if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
-                    raise UsageError(f"the loss or its gradient is not finite at step {self.step + 1} "
+                    raise Diverged(f"the loss or its gradient is not finite at step {self.step + 1} "
                                      f"(loss {total_loss}, gradient norm {grad_norm}); nothing was saved "
-                                     f"from this step: lower lr or check the teacher")
+                                     f"from this step (the last checkpoint is kept): lower lr or check "
+                                     f"the teacher")
                 self.optimizer.step()
                 self.scheduler.step()
                 n_updates += 1
@@ -348,10 +343,13 @@ class Trainer:
 
     def fit(self) -> dict:
         from tqdm import tqdm
+
+        from planning_gym.corpus import verify_corpus
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "train_config.json").write_text(json.dumps(
             {"kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
+             "corpus_digest": verify_corpus(self.data),
              "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None},
             indent=1))
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
@@ -368,40 +366,74 @@ class Trainer:
             if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < cfg.steps:
                 self.save()
         bar.close()
+        from pretrain.checkpoint import latest_checkpoint, step_dir_name
+        ckpt = latest_checkpoint(self.out)      # saved before the final evaluation: a failing one loses no training
+        if ckpt is None or ckpt.name != step_dir_name(self.step):
+            ckpt = self.save()
         final_eval = self.evaluated_at if self.evaluated_at is not None else self.evaluate()
         if self.evaluated_at is None:
             self.log(final_eval)
-        ckpt = self.save()
-        summary = {"checkpoint": str(ckpt), "final_eval": final_eval, "train_wall_s": self.train_wall}
+        from pretrain.checkpoint import relative_checkpoint
+        summary = {"checkpoint": relative_checkpoint(ckpt, self.out), "final_eval": final_eval, "train_wall_s": self.train_wall}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary
 
 
+def _resumed_config(args) -> PosttrainConfig:
+    """The run's own config with the changes a resume may make (``steps=N`` extends a run);
+    a changed method, student, teacher or computation is refused, not silently ignored."""
+    out = Path(args.out)
+    try:
+        saved = json.loads((out / "train_config.json").read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{out} has no train_config.json; nothing to resume (drop --resume to start)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot resume {out}: {e}") from None
+    if not isinstance(saved, dict) or saved.get("kind") != "posttrain" or not isinstance(saved.get("config"), dict):
+        raise UsageError(f"{out} is not a post-training run (a pre-training run resumes with `python -m pretrain.train "
+                         "--resume`)")
+    old = saved["config"]
+    for flag, given, had in (("method", args.method, old.get("method")), ("student", args.student, saved.get("student")),
+                             ("teacher", args.teacher, saved.get("teacher")), ("scale", args.scale, old.get("scale"))):
+        if given is not None and (Path(given).resolve() != Path(had).resolve() if flag in ("student", "teacher") and had
+                                  else given != had):
+            raise UsageError(f"--resume: --{flag} {given} differs from the run's {had} (a resumed run keeps it)")
+    overrides = {**parse_overrides(args.set), **({"device": args.device} if args.device else {})}
+    for key, value in overrides.items():
+        if key not in RESUME_MAY_CHANGE and old.get(key) != value:
+            raise UsageError(f"--resume: {key}={value!r} differs from the run's {key}={old.get(key)!r} (only "
+                             f"{', '.join(sorted(RESUME_MAY_CHANGE))} may change)")
+    try:
+        cfg = make_config(old["method"], old["scale"],
+                          **{**{k: v for k, v in old.items() if k not in ("method", "scale")}, **overrides})
+    except TypeError as e:
+        raise UsageError(f"corrupt run config {out / 'train_config.json'}: {e}") from None
+    args.student, args.teacher = saved["student"], saved["teacher"]   # the run's own, always
+    args.data = args.data or saved["data"]
+    return cfg
+
+
 def run(argv=None) -> dict:
     args = parse_args(argv)
+    from pretrain.checkpoint import latest_checkpoint
+    out = Path(args.out)
     if args.resume:
-        try:
-            saved = json.loads((Path(args.out) / "train_config.json").read_text())
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot resume {args.out}: {e}") from None
-        # the run's own config; --set changes it (steps=N extends a finished run)
-        overrides = {**parse_overrides(args.set), **({"device": args.device} if args.device else {})}
-        if {"method", "scale"} & set(overrides):
-            raise UsageError("--resume keeps the run's method and scale")
-        cfg = make_config(saved["config"]["method"], saved["config"]["scale"],
-                          **{**{k: v for k, v in saved["config"].items() if k not in ("method", "scale")},
-                             **overrides})
-        args.student, args.teacher = saved["student"], saved["teacher"]   # the run's own, always
-        args.data = args.data or saved["data"]
+        cfg = _resumed_config(args)
+        prepare_output(out, exists_ok=True, what="run folder")
     else:
         if not args.student:
             raise UsageError("--student is required")
         scale = resolve_scale(args.scale, log=lambda m: print(m, file=sys.stderr))
         cfg = make_config(args.method or "", scale, **parse_overrides(args.set),
                           **({"device": args.device} if args.device else {}))
-        from pretrain.checkpoint import latest_checkpoint
-        if latest_checkpoint(Path(args.out)) is not None:
+        if latest_checkpoint(out) is not None:
             raise UsageError(f"{args.out} already holds checkpoints; pass --resume or choose another --out")
+        prepare_output(out, exists_ok=True, what="run folder")
+        if (out / "metrics.jsonl").exists() or (out / "eval").exists():   # a run killed before its first checkpoint
+            print(f"starting {out} over: it holds no checkpoint, so its logs are replaced", file=sys.stderr)
+            (out / "metrics.jsonl").unlink(missing_ok=True)
+            import shutil
+            shutil.rmtree(out / "eval", ignore_errors=True)
     trainer = Trainer(cfg, Path(args.student), Path(args.teacher) if args.teacher else None, Path(args.out),
                       Path(args.data) if args.data else None, args.resume)
     summary = trainer.fit()
@@ -409,22 +441,15 @@ def run(argv=None) -> dict:
     ev = summary["final_eval"]
     print(f"{cfg.method}: {cfg.steps} steps, train wall {summary['train_wall_s']:.0f}s; "
           f"ID avg@{k} {ev.get(f'ID_avg@{k}', float('nan')):.3f}, "
-          f"OOD avg@{k} {ev.get(f'OOD_avg@{k}', float('nan')):.3f}; checkpoint {summary['checkpoint']}")
+          f"OOD avg@{k} {ev.get(f'OOD_avg@{k}', float('nan')):.3f}; checkpoint {Path(args.out) / summary['checkpoint']}")
     return summary
 
 
-def guarded(fn, argv) -> int:
-    """Run an entry point: a user mistake is one ``error:`` line and exit status 2."""
-    try:
-        fn(argv)
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def main(argv=None) -> int:
-    return guarded(run, argv)
+    def go() -> int:
+        run(argv)
+        return 0
+    return entry(go)
 
 
 if __name__ == "__main__":

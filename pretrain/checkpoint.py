@@ -57,6 +57,24 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def final_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint a finished run's ``summary.json`` names (recorded relative to the run, and
+    only its name is trusted, so a moved or copied run is self-contained), else the newest one."""
+    run_dir = Path(run_dir)
+    try:
+        named = run_dir / "checkpoints" / Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"]).name
+        if named.is_dir():
+            return named
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return latest_checkpoint(run_dir)
+
+
+def relative_checkpoint(ckpt: Path, run_dir: str | Path) -> str:
+    """How ``summary.json`` records a checkpoint: ``checkpoints/step_N``, relative to the run."""
+    return f"checkpoints/{Path(ckpt).name}"
+
+
 # ---------------------------------------------------------------- optimiser state <-> safetensors
 def flatten_optimizer_state(osd: dict) -> tuple[dict, dict]:
     """Split a (name-keyed) optimiser state dict into tensors and a JSON-able remainder."""
@@ -251,18 +269,18 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
         if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
             model_dir, run_dir = run_dir, run_dir.parent.parent
         try:
-            data = Path(json.loads((run_dir / "train_config.json").read_text())["data"])
+            saved = json.loads((run_dir / "train_config.json").read_text())
+            data, digest = Path(saved["data"]), saved.get("corpus_digest")
         except FileNotFoundError:
-            data = None
-        except (ValueError, KeyError, TypeError) as exc:
+            data = digest = None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
-        ckpt = Path(model_dir) if model_dir is not None else None
-        try:   # the summary names the final checkpoint; only its name counts (a copied run is self-contained)
-            ckpt = ckpt or run_dir / "checkpoints" / Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"]).name
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        if ckpt is None or not ckpt.is_dir():
-            ckpt = latest_checkpoint(run_dir)
+        if digest and data.is_dir():     # the run's own corpus must be the one it was trained on
+            from planning_gym.corpus import verify_corpus
+            if verify_corpus(data) != digest:
+                raise UsageError(f"corpus {data} changed since {run_dir} was trained on it (regenerated with "
+                                 "other settings?); pass the intended corpus explicitly or rebuild the run")
+        ckpt = Path(model_dir) if model_dir is not None else final_checkpoint(run_dir)
         if ckpt is None:
             raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")
         tok_dirs = [ckpt, run_dir / "tokenizer"]

@@ -21,86 +21,63 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
+from planning_gym.cli import UsageError, check_fields, coerce, parse_sets, spec
 from planning_gym.config import SCALES, cuda_present
 LOSS_ON = ("all", "agent")
 
 
-class UsageError(Exception):
-    """Bad input from the user (unknown scale, missing corpus, corrupt checkpoint, ...).
-
-    Entry points turn it into one ``error: ...`` line on stderr and exit status 2.
-    """
-
-
 @dataclass
 class PretrainConfig:
-    scale: str = "tiny"
+    scale: str = spec("tiny", "the SCALE preset this config started from", choices=SCALES)
     # tokenizer + model (transformers Qwen2 / Qwen2.5 architecture)
-    vocab_size: int = 3000            # BPE target size; the model uses the trained tokenizer's size
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
-    max_position_embeddings: int = 4096
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    tie_embeddings: bool = True
-    init_std: float = 0.02
+    vocab_size: int = spec(3000, "BPE target size (the model uses the trained tokenizer's size)", ge=260)
+    hidden_size: int = spec(128, "model width", ge=1)
+    num_layers: int = spec(4, "transformer blocks", ge=1)
+    num_heads: int = spec(4, "attention heads", ge=1)
+    num_kv_heads: int = spec(2, "key/value heads (grouped-query attention)", ge=1)
+    intermediate_size: int = spec(384, "MLP width", ge=1)
+    max_position_embeddings: int = spec(4096, "longest position the rotary table covers", ge=1)
+    rope_theta: float = spec(10000.0, "rotary base", gt=0)
+    rms_norm_eps: float = spec(1e-6, "RMSNorm epsilon", gt=0)
+    tie_embeddings: bool = spec(True, "share input and output embeddings")
+    init_std: float = spec(0.02, "initialisation standard deviation", gt=0)
     # data
-    block_size: int = 512             # packed sequence length
-    loss_on: str = "all"              # "all" tokens, or only "agent" turn tokens
+    block_size: int = spec(512, "packed sequence length", ge=1)
+    loss_on: str = spec("all", "train on all tokens or only the agent's turns", choices=LOSS_ON)
     # optimisation
-    steps: int = 300
-    batch_size: int = 4               # global sequences per optimiser step (all ranks, all micro-steps)
-    micro_batch: int = 4              # sequences per forward pass per process
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1         # cosine decays to lr * min_lr_ratio
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0
+    steps: int = spec(300, "optimiser steps", ge=1)
+    batch_size: int = spec(4, "global sequences per optimiser step (all ranks, all micro-steps)", ge=1)
+    micro_batch: int = spec(4, "sequences per forward pass per process", ge=1)
+    lr: float = spec(3e-3, "peak learning rate", gt=0)
+    min_lr_ratio: float = spec(0.1, "the cosine decays to lr x min_lr_ratio", ge=0, le=1)
+    warmup_steps: int = spec(20, "linear warm-up steps", ge=0)
+    weight_decay: float = spec(0.1, "AdamW weight decay", ge=0)
+    beta1: float = spec(0.9, "AdamW beta1", ge=0, lt=1)
+    beta2: float = spec(0.95, "AdamW beta2", ge=0, lt=1)
+    adam_eps: float = spec(1e-8, "AdamW epsilon", gt=0)
+    grad_clip: float = spec(1.0, "gradient-norm clip (a negative clip would turn descent into ascent)", gt=0)
     # bookkeeping
-    eval_every: int = 50
-    eval_blocks: int = 32             # test_id blocks per evaluation
-    ckpt_every: int = 100
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    seed: int = 0
+    eval_every: int = spec(50, "steps between test_id loss evaluations", ge=1)
+    eval_blocks: int = spec(32, "test_id blocks per evaluation", ge=1)
+    ckpt_every: int = spec(100, "steps between checkpoints", ge=1)
+    keep_checkpoints: int = spec(2, "newest checkpoints kept", ge=1)
+    log_every: int = spec(10, "steps between metrics rows", ge=1)
+    seed: int = spec(0, "data order and initialisation seed", ge=0)
     # systems
-    compile: bool = False             # torch.compile the model
-    fsdp: bool = False                # shard with FSDP2 under torchrun instead of DDP
+    compile: bool = spec(False, "torch.compile the model")
+    fsdp: bool = spec(False, "shard with FSDP2 under torchrun instead of DDP")
 
     def validate(self) -> "PretrainConfig":
-        """Raise UsageError on values no run can use; return self."""
-        if self.scale not in SCALES:
-            raise UsageError(f"unknown scale {self.scale!r} (choose one of {', '.join(SCALES)})")
-        if self.loss_on not in LOSS_ON:
-            raise UsageError(f"loss_on must be one of {', '.join(LOSS_ON)}, not {self.loss_on!r}")
-        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                    "intermediate_size", "block_size", "steps", "batch_size", "micro_batch",
-                    "eval_every", "eval_blocks", "ckpt_every", "keep_checkpoints", "log_every")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.vocab_size < 256 + 4:
-            raise UsageError(f"vocab_size must be at least 260 (256 bytes + 4 special tokens), got {self.vocab_size}")
+        """Raise UsageError on values no run can use (each field's declared type and range, then
+        the rules that tie fields together); return self."""
+        check_fields(self)
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise UsageError("hidden_size must divide by num_heads and num_heads by num_kv_heads")
+        head_dim = self.hidden_size // self.num_heads
+        if head_dim % 2:
+            raise UsageError(f"hidden_size / num_heads = {head_dim} must be even (rotary embeddings rotate pairs)")
         if self.block_size > self.max_position_embeddings:
             raise UsageError("block_size exceeds max_position_embeddings")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and self.warmup_steps >= 0):
-            raise UsageError("need lr > 0, 0 <= min_lr_ratio <= 1, warmup_steps >= 0")
-        import math
-        finite = ("lr", "weight_decay", "adam_eps", "grad_clip", "init_std", "rope_theta", "rms_norm_eps")
-        bad = [n for n in finite if not math.isfinite(getattr(self, n))]
-        if bad:
-            raise UsageError(f"{', '.join(bad)} must be finite numbers")
-        if self.grad_clip <= 0 or self.init_std <= 0 or self.adam_eps <= 0 or self.weight_decay < 0:
-            raise UsageError("grad_clip, init_std and adam_eps must be positive and weight_decay >= 0 "
-                             "(a negative clip would turn descent into ascent)")
         return self
 
     def grad_accum(self, world_size: int) -> int:
@@ -123,7 +100,7 @@ class PretrainConfig:
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise UsageError(f"config has unknown fields: {', '.join(unknown)}")
-        values = {k: _coerce(known[k], v) for k, v in data.items()}
+        values = {k: coerce(known[k], v) for k, v in data.items()}
         return cls(**values).validate()
 
 
@@ -174,27 +151,6 @@ def make_config(scale: str, **overrides: Any) -> PretrainConfig:
 
 
 def parse_set(items: list[str], config_cls: type = None) -> dict[str, Any]:
-    """Parse ``--set field=value`` strings into typed overrides (JSON values, else strings)
-    for the fields of ``config_cls`` (default `PretrainConfig`; post-training passes its own)."""
-    known = {f.name: f for f in fields(config_cls or PretrainConfig)}
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in known:
-            raise UsageError(f"--set expects field=value with a known field, got {item!r}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[key] = _coerce(known[key], value)
-    return out
-
-
-def _coerce(field: dataclasses.Field, value: Any) -> Any:
-    """Check a JSON value against a field's declared type (ints may stand for floats)."""
-    kind = {"int": int, "float": float, "bool": bool, "str": str}[str(field.type)]
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-        raise UsageError(f"config field {field.name} expects {kind.__name__}, got {value!r}")
-    return value
+    """``--set field=value`` overrides for the fields of ``config_cls`` (default `PretrainConfig`;
+    post-training passes its own); ``scale`` and ``method`` have their own flags."""
+    return parse_sets(items, config_cls or PretrainConfig, fixed=("scale", "method"))

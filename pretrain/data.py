@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planning_gym.corpus import verify_corpus
 from pretrain.config import UsageError
 from pretrain.tokenizer import SpecialIds, agent_mask, encode_batch
 
@@ -30,13 +31,15 @@ CORPUS_FILES = ("pretrain.jsonl", "test_id.jsonl")
 
 
 def check_corpus(data_dir: str | Path) -> Path:
-    """Return the corpus folder, or raise UsageError when it or a needed file is missing."""
+    """Return the corpus folder, or raise UsageError when it or a needed file is missing, or its
+    files do not match its ``manifest.json`` (`planning_gym.corpus.verify_corpus`)."""
     folder = Path(data_dir)
     if not folder.is_dir():
         raise UsageError(f"corpus folder {folder} does not exist (generate it with `make data`)")
     for name in CORPUS_FILES:
         if not (folder / name).is_file():
             raise UsageError(f"corpus folder {folder} has no {name}")
+    verify_corpus(folder)       # a truncated or edited split is refused, not trained on
     return folder
 
 

@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from pretrain.config import LOSS_ON, PretrainConfig, UsageError, make_config, parse_set, resolve_scale
+from planning_gym.cli import Parser, UsageError, append_jsonl, entry, fields_help, prepare_output
+from pretrain.config import LOSS_ON, PRESETS, PretrainConfig, make_config, parse_set, resolve_scale
 from pretrain.data import check_corpus
 
 # Fields a resumed run may change: how the work is spread and logged, not what is computed.
@@ -44,13 +45,9 @@ FLAGS = {  # CLI flag -> config field (None = use the preset's value)
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, no usage dump
-        raise UsageError(message)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m pretrain.train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pretrain.train", description=__doc__.split("\n\n")[0],
+               epilog=fields_help(PretrainConfig, PRESETS))
     p.add_argument("--data", help="corpus folder holding pretrain.jsonl and test_id.jsonl")
     p.add_argument("--out", required=True, help="run folder (tokenizer, checkpoints, metrics)")
     p.add_argument("--scale", help="tiny | small | paper (default: paper with CUDA, else small)")
@@ -205,6 +202,8 @@ def run(args) -> int:
     cfg, data_dir, resume_from = resolve_run(args, notes)
     check_corpus(data_dir)
     run_dir = Path(args.out)
+    if rank == 0:   # a file in the way or an unwritable folder fails now, not after training
+        prepare_output(run_dir, exists_ok=True, what="run folder")
     tok_dir = run_dir / "tokenizer"
     if rank == 0:
         print("\n".join(notes), flush=True)
@@ -217,6 +216,7 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from pretrain import checkpoint as ck
+    from planning_gym.corpus import verify_corpus
     from pretrain.data import load_split, read_texts, save_split_cache
     from pretrain.distributed import Context, grad_sync, wrap_model
     from pretrain.model import build_model, count_params, matmul_peak_flops, train_flops_per_token
@@ -246,6 +246,11 @@ def run(args) -> int:
                     tokenizer = load_tokenizer(source)
                 except Exception as exc:
                     raise UsageError(f"cannot load the tokenizer in {source}: {exc}") from None
+                if not resume_from:
+                    if len(tokenizer) > cfg.vocab_size:
+                        raise UsageError(f"{tok_dir} holds a {len(tokenizer)}-token tokenizer (from an earlier "
+                                         f"start?), more than vocab_size {cfg.vocab_size}: delete it or set vocab_size")
+                    notes.append(f"reusing the tokenizer in {tok_dir} ({len(tokenizer)} tokens)")
             special = special_ids(tokenizer)
             train_data = load_split(data_dir, "pretrain.jsonl", tokenizer, special, cfg.block_size, cfg.seed,
                                     cache_dir, texts=texts)
@@ -275,7 +280,8 @@ def run(args) -> int:
         save_split_cache(train_data, data_dir, "pretrain.jsonl", tokenizer, cache_dir)
         save_split_cache(eval_data, data_dir, "test_id.jsonl", tokenizer, cache_dir)
         (run_dir / "train_config.json").write_text(json.dumps(
-            {"data": str(data_dir), "config": cfg.to_json()}, indent=1))
+            {"data": str(data_dir), "corpus_digest": verify_corpus(data_dir), "config": cfg.to_json(),
+             "tokenizer_size": len(tokenizer)}, indent=1))
         metrics_path = run_dir / "metrics.jsonl"
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again
@@ -319,8 +325,7 @@ def run(args) -> int:
 
     def log(row: dict):
         if ctx.rank == 0:
-            with open(run_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_jsonl(run_dir / "metrics.jsonl", row)
 
     def save(at: int):
         trainer_state = {"samples_seen": at * cfg.batch_size, "tokens_seen": at * tokens_per_step,
@@ -381,7 +386,8 @@ def run(args) -> int:
         save(step)
     final = ck.latest_checkpoint(run_dir)
     if ctx.rank == 0:
-        summary = {"checkpoint": str(final), "step": step, "scale": cfg.scale, "params": n_params, **last_eval}
+        summary = {"checkpoint": ck.relative_checkpoint(final, run_dir), "step": step, "scale": cfg.scale,
+                   "params": n_params, **last_eval}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     ctx.say(f"final eval loss (test_id, {cfg.loss_on} tokens): {last_eval['eval_loss']:.4f} "
             f"[all tokens {last_eval['eval_loss_all']:.4f}, agent tokens {last_eval['eval_loss_agent']:.4f}]")
@@ -392,12 +398,7 @@ def run(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
-        args = parse_args(argv)
-        return run(args)
-    except UsageError as exc:
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return entry(lambda: run(parse_args(argv)), rank0=rank == 0)
     finally:
         dist = sys.modules.get("torch.distributed")  # only loaded once training got going
         if dist is not None and dist.is_available() and dist.is_initialized():
