@@ -354,18 +354,17 @@ class Trainer:
             indent=1))
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())
-        bar = tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr)
-        while self.step < cfg.steps:
-            record = self.train_step()
-            self.evaluated_at = None
-            self.log(record)
-            bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", success=f"{record['success']:.2f}")
-            if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
-                self.log(self.evaluate())
-            if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < cfg.steps:
-                self.save()
-        bar.close()
+        with tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr) as bar:
+            while self.step < cfg.steps:
+                record = self.train_step()
+                self.evaluated_at = None
+                self.log(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", success=f"{record['success']:.2f}")
+                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                    self.log(self.evaluate())
+                if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < cfg.steps:
+                    self.save()
         from pretrain.checkpoint import latest_checkpoint, step_dir_name
         ckpt = latest_checkpoint(self.out)      # saved before the final evaluation: a failing one loses no training
         if ckpt is None or ckpt.name != step_dir_name(self.step):
