@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 

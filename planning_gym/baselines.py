@@ -68,7 +68,6 @@ the corpus folder).  Bad input: one ``error:`` line on stderr, exit status 2.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -78,6 +77,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .cli import Parser, entry
 from .constants import DIFFICULTIES
 from .corpus import CorpusError, read_split as load_rows, read_worlds as load_worlds, row_task, select_rows
 from .env import EVAL_STEP_LIMIT, PlanningEnv, Task, apply_action
@@ -565,13 +565,8 @@ def comparison_markdown(model_rows: list[dict], baseline_rows: list[dict], k: in
 
 
 # ----- CLI ---------------------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise BaselineError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m planning_gym.baselines", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m planning_gym.baselines", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="corpus folder")
     p.add_argument("--step-limit", type=int, default=EVAL_STEP_LIMIT)
     p.add_argument("--k", type=int, default=8, help="random-valid samples per task")
@@ -580,7 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--difficulties", help="comma-separated bins (short, mid, long; default all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="folder for baselines.md and baselines.json (default: the corpus folder)")
-    try:
+
+    def go() -> int:
         args = p.parse_args(argv)
         result = run_baselines(args.data, splits=[s.strip() for s in args.splits.split(",") if s.strip()],
                                step_limit=args.step_limit, k=args.k, max_tasks_per_cell=args.max_tasks_per_cell,
@@ -591,15 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "baselines.md").write_text(md)
         (out / "baselines.json").write_text(json.dumps(result, indent=1) + "\n")
-    except CorpusError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: cannot write the results: {exc}", file=sys.stderr)
-        return 2
-    print(md, end="")
-    print(f"wrote {out / 'baselines.md'} and baselines.json ({result['seconds']:.1f} s)")
-    return 0
+        print(md, end="")
+        print(f"wrote {out / 'baselines.md'} and baselines.json ({result['seconds']:.1f} s)")
+        return 0
+    return entry(go)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from .config import ConfigError, CorpusConfig, resolve_scale, scale_graph
-from .graph import GraphConfigError
-from .world import DomainError
+from .cli import Parser, UsageError, entry, prepare_output
+from .config import CorpusConfig, resolve_scale, scale_graph
 
 
 def _mix(text: str) -> tuple[int, int, int]:
@@ -47,15 +46,8 @@ def _levels(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes end with one line and exit status 2 (argparse would print the usage too)."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m planning_gym.make_data", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m planning_gym.make_data", description=__doc__.split("\n")[0])
     p.add_argument("--domain", default="fa", help="fa, lf, ea, a comma list (fa,lf,ea) or a domain .json path")
     p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--data-dir", default="data", help="parent folder of the corpus (default: data)")
@@ -120,9 +112,10 @@ def same_corpus(out: Path, cfg: CorpusConfig) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
     from .corpus import SplitLeakError, write_corpus
-    try:
+
+    def go() -> int:
+        args = parser().parse_args(argv)
         cfg = config_from_args(args)
         out = Path(args.data_dir) / (args.name or cfg.name)
         if not args.force and same_corpus(out, cfg):
@@ -131,18 +124,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if (out / "config.json").exists():
             print(f"rebuilding {out}: its config or files differ from this request (or were truncated)")
+        prepare_output(out.parent, exists_ok=True, what="data folder")
         workers = args.workers or (1 if cfg.scale == "tiny" else (os.cpu_count() or 1))
         t0 = time.time()
-        result = write_corpus(cfg, out, workers=workers, progress=not args.quiet)
-    except (ConfigError, DomainError, GraphConfigError, SplitLeakError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write the corpus: {e}", file=sys.stderr)
-        return 2
-    rows = ", ".join(f"{s} {n}" for s, n in result["rows"].items())
-    print(f"wrote {out} ({rows}) in {time.time() - t0:.1f}s")
-    return 0
+        try:
+            result = write_corpus(cfg, out, workers=workers, progress=not args.quiet)
+        except SplitLeakError as e:
+            raise UsageError(str(e)) from None
+        rows = ", ".join(f"{s} {n}" for s, n in result["rows"].items())
+        print(f"wrote {out} ({rows}) in {time.time() - t0:.1f}s")
+        return 0
+    return entry(go)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ so `engine.evaluate` and a later MOPD stage can load it as a student.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math

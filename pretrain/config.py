@@ -15,8 +15,6 @@ is given, and says so.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
