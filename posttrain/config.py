@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from planning_gym import constants as C
 from planning_gym.cli import UsageError, check_fields, spec
 from pretrain.config import SCALES
+from pretrain.tracking import TRACKERS, check_tracker
 
 DIFFICULTIES = C.DIFFICULTIES
 SPLIT_NAMES = ("ID", "OOD")                 # the test splits
@@ -91,6 +92,7 @@ class PosttrainConfig:
     backend: str = spec("auto", "rollout backend (vllm serves evaluation only: training updates weights in place)",
                         choices=("auto", "lean", "hf"))
     bf16: bool = spec(True, "bf16 autocast for forward passes on CUDA (losses stay fp32)")
+    tracker: str = spec("none", "also log metrics to a tracker: none | tensorboard (RUN/tensorboard/)", choices=TRACKERS)
 
     @property
     def eval_split_list(self) -> tuple[str, ...]:
@@ -110,6 +112,7 @@ class PosttrainConfig:
             raise UsageError("eval_splits must name at least one of ID, OOD")
         if not self.h_min <= self.h_max:
             raise UsageError("need h_min <= h_max")
+        check_tracker(self.tracker)
         return self
 
 

@@ -34,7 +34,7 @@ from pretrain.config import parse_set, resolve_scale
 # what a step computes (a changed lr or top-k would make the resumed run a different experiment).
 RESUME_MAY_CHANGE = {"steps", "eval_every", "eval_at_start", "eval_tasks_per_cell", "eval_k", "eval_splits",
                      "eval_difficulties", "ckpt_every", "keep_checkpoints", "device", "backend", "bf16",
-                     "rollout_batch", "micro_batch"}
+                     "rollout_batch", "micro_batch", "tracker"}
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -172,6 +172,7 @@ class Trainer:
         self.controller = DepthController(cfg.h_min, cfg.h_max, cfg.probe_interval, cfg.probe_warmup, cfg.ema_alpha)
         self.step, self.train_wall = 0, 0.0
         self.evaluated_at: dict | None = None     # the evaluation already logged at self.step (resume)
+        self.tracker = None                        # pretrain.tracking.Tracker, opened with the first row
         self.student_dir, self.teacher_dir = Path(student_dir), teacher_dir
         if resume:
             self._resume()
@@ -207,6 +208,10 @@ class Trainer:
 
     def log(self, record: dict) -> None:
         append_jsonl(self.out / "metrics.jsonl", record)
+        if self.tracker is None:
+            from pretrain.tracking import Tracker
+            self.tracker = Tracker(self.cfg.tracker, self.out)
+        self.tracker.log(record)
 
     # ----- one step -------------------------------------------------------------------------------
     def depth_cap(self) -> tuple[int | None, bool]:
@@ -372,6 +377,8 @@ class Trainer:
         if self.evaluated_at is None:
             self.log(final_eval)
         from pretrain.checkpoint import relative_checkpoint
+        if self.tracker is not None:
+            self.tracker.close()
         summary = {"checkpoint": relative_checkpoint(ckpt, self.out), "final_eval": final_eval, "train_wall_s": self.train_wall}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from planning_gym.cli import UsageError, check_fields, coerce, parse_sets, spec
 from planning_gym.config import SCALES, cuda_present
+from pretrain.tracking import TRACKERS, check_tracker
 LOSS_ON = ("all", "agent")
 
 
@@ -61,6 +62,7 @@ class PretrainConfig:
     keep_checkpoints: int = spec(2, "newest checkpoints kept", ge=1)
     log_every: int = spec(10, "steps between metrics rows", ge=1)
     seed: int = spec(0, "data order and initialisation seed", ge=0)
+    tracker: str = spec("none", "also log metrics to a tracker: none | tensorboard (RUN/tensorboard/)", choices=TRACKERS)
     # systems
     compile: bool = spec(False, "torch.compile the model")
     fsdp: bool = spec(False, "shard with FSDP2 under torchrun instead of DDP")
@@ -76,6 +78,7 @@ class PretrainConfig:
             raise UsageError(f"hidden_size / num_heads = {head_dim} must be even (rotary embeddings rotate pairs)")
         if self.block_size > self.max_position_embeddings:
             raise UsageError("block_size exceeds max_position_embeddings")
+        check_tracker(self.tracker)
         return self
 
     def grad_accum(self, world_size: int) -> int:

@@ -36,7 +36,7 @@ from pretrain.data import check_corpus
 
 # Fields a resumed run may change: how the work is spread and logged, not what is computed.
 RESUME_MAY_CHANGE = {"micro_batch", "compile", "fsdp", "log_every", "eval_every", "eval_blocks", "ckpt_every",
-                     "keep_checkpoints"}
+                     "keep_checkpoints", "tracker"}
 
 FLAGS = {  # CLI flag -> config field (None = use the preset's value)
     "steps": int, "batch_size": int, "micro_batch": int, "block_size": int, "lr": float,
@@ -323,9 +323,13 @@ def run(args) -> int:
     ctx.say(f"estimated time for {cfg.steps - step} steps: ~{_fmt_duration(est)} (rough: 40% of a measured "
             f"{peak / 1e9:.0f} GFLOP/s matmul peak per process)")
 
+    from pretrain.tracking import Tracker
+    tracker = Tracker(cfg.tracker if ctx.rank == 0 else "none", run_dir)
+
     def log(row: dict):
         if ctx.rank == 0:
             append_jsonl(run_dir / "metrics.jsonl", row)
+            tracker.log(row)
 
     def save(at: int):
         trainer_state = {"samples_seen": at * cfg.batch_size, "tokens_seen": at * tokens_per_step,
@@ -385,6 +389,7 @@ def run(args) -> int:
     if ck.latest_checkpoint(run_dir) is None or ck.latest_checkpoint(run_dir).name != ck.step_dir_name(step):
         save(step)
     final = ck.latest_checkpoint(run_dir)
+    tracker.close()
     if ctx.rank == 0:
         summary = {"checkpoint": ck.relative_checkpoint(final, run_dir), "step": step, "scale": cfg.scale,
                    "params": n_params, **last_eval}
