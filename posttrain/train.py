@@ -173,6 +173,8 @@ class Trainer:
         self.step, self.train_wall = 0, 0.0
         self.evaluated_at: dict | None = None     # the evaluation already logged at self.step (resume)
         self.tracker = None                        # pretrain.tracking.Tracker, opened with the first row
+        self.phase = lambda text: None             # shows "rollout 12/64", "scoring", "update 3/8" (fit's bar)
+        self.show_progress = sys.stderr.isatty()   # the evaluations' own episode bars
         self.student_dir, self.teacher_dir = Path(student_dir), teacher_dir
         if resume:
             self._resume()
@@ -245,9 +247,15 @@ class Trainer:
         ro_cfg = RolloutConfig(temperature=cfg.temperature, max_turn_tokens=cfg.max_turn_tokens,
                                step_limit=cfg.step_limit, batch_size=cfg.rollout_batch,
                                max_total_tokens=min(4096, self.model.config.max_position_embeddings))
+        done = [0]
+
+        def finished(n: int) -> None:
+            done[0] += n
+            self.phase(f"rollout {done[0]}/{len(tasks)} episodes")
+        self.phase(f"rollout 0/{len(tasks)} episodes")
         with torch.no_grad():          # the engine runs in the weights' dtype (its masks are built for it)
             ro = rollout(make_policy(self.model, cfg.backend, pad), self.tokenizer, tasks, ro_cfg,
-                         seed=cfg.seed * 1_000_003 + self.step, max_turns=cap)
+                         seed=cfg.seed * 1_000_003 + self.step, max_turns=cap, progress=finished)
         batch = ro.batch(pad, self.device)
         t_rollout = time.perf_counter() - t0
 
@@ -256,6 +264,7 @@ class Trainer:
         mask, turn, old = rec["mask"], rec["turn"], rec["old"]
         n_tokens, n_eps = int(mask.sum()), ids.shape[0]
         objective = self.objective
+        self.phase("scoring")
         t1 = time.perf_counter()
         step_rewards = None
         if cfg.method == "grpo" and cfg.process_weight:
@@ -267,6 +276,9 @@ class Trainer:
         self.model.train()
         t_update, total_loss, ent_sum, grad_norm, clipped, n_updates = 0.0, 0.0, 0.0, 0.0, 0.0, 0
         per_token_kl = torch.zeros(mask.shape, device=self.device)
+        n_mb = cfg.ppo_epochs * sum(-(-len(part) // cfg.micro_batch)        # micro-batches, for the progress bar
+                                    for part in update_batches(n_eps, cfg.ppo_mini_batches, random.Random(0)))
+        mb_done = 0
         for epoch in range(cfg.ppo_epochs):
             for part in update_batches(n_eps, cfg.ppo_mini_batches, rng):
                 part = torch.tensor(part, device=self.device)
@@ -301,6 +313,8 @@ class Trainer:
                     if clip is not None:
                         clipped += clip * int(mb.mask.sum())
                     t_update += time.perf_counter() - t1
+                    mb_done += 1
+                    self.phase(f"update {mb_done}/{n_mb} micro-batches")
                 t1 = time.perf_counter()
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
                 if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
@@ -336,7 +350,7 @@ class Trainer:
                            max_tasks_per_cell=self.cfg.eval_tasks_per_cell, seed=self.cfg.seed,
                            step_limit=self.cfg.step_limit, max_turn_tokens=self.cfg.max_turn_tokens,
                            splits=self.cfg.eval_split_list, difficulties=self.cfg.eval_difficulty_list,
-                           out_dir=self.out / "eval" / f"step_{self.step:06d}", progress=False,
+                           out_dir=self.out / "eval" / f"step_{self.step:06d}", progress=self.show_progress,
                            backend=self.cfg.backend)
         k = self.cfg.eval_k
         record = {"step": self.step, "eval": True, "train_wall_s": self.train_wall}
@@ -359,6 +373,7 @@ class Trainer:
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())
         with tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr) as bar:
+            self.phase = lambda text: bar.set_description(f"{cfg.method} step {self.step + 1} [{text}]", refresh=True)
             while self.step < cfg.steps:
                 record = self.train_step()
                 self.evaluated_at = None
