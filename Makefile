@@ -70,14 +70,14 @@ baselines: $(STAMP)
 
 # The scale is resolved once (paper with CUDA, else small) and used by every stage.
 pretrain: $(STAMP)
-	@set -e; scale=$$($(BIN)/python -m planning_gym.config $(SCALE)); \
+	@set -e; scale=$$($(BIN)/python -m planning_gym.scales $(SCALE)); \
 	corpus=$(DATA_DIR)/$(DOMAIN)-$$scale; run=$(RUNS)/pretrain-$(DOMAIN)-$$scale; \
 	echo "== data: $$corpus"; \
 	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) --scale $$scale --data-dir $(DATA_DIR) --seed $(SEED) --quiet; \
 	echo "== pre-training: $$run"; \
 	$(BIN)/python -m pretrain.train --data $$corpus --out $$run --scale $$scale $(if $(RESUME),--resume); \
 	echo "== evaluation (K=8, T=0.4, step limit 20)"; \
-	case $$scale in tiny) cell=4;; small) cell=16;; *) cell=0;; esac; \
+	cell=$$($(BIN)/python -c "from planning_gym.scales import EVAL_TASKS_PER_CELL as E; print(E['$$scale'])"); \
 	$(BIN)/python -m engine.evaluate --run $$run $$( [ $$cell -gt 0 ] && echo --max-tasks-per-cell $$cell )
 
 # Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".

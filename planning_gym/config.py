@@ -9,37 +9,22 @@ drawn from each difficulty bin (100/0/0 is short-only; 100/5/0 adds 5 % mid data
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 from dataclasses import dataclass, field
 
 from .cli import UsageError
+from .scales import CORPUS, SCALES, check_scale, cuda_present, resolve_scale  # noqa: F401  (re-exported)
 from .graph import GraphParams
 from .patterns import mixture_weights
 from .tasks import BINS, GOAL_MIN_PLAN, bins_from
 from .trajectory import COT_FORMATS
 from .world import ERROR_DETAILS, PATHS, load_domain
 
-SCALES = ("tiny", "small", "paper")
 SPLITS = ("pretrain", "posttrain", "test_id", "test_ood")
-
-_GRAPHS = {
-    "tiny": GraphParams(n_base=6, items_per_level=(5, 4, 3, 2)),
-    "small": GraphParams(n_base=8, items_per_level=(8, 6, 5, 4)),
-    # ~330 crafted items with 1-2 alternatives each: about 500 rules per domain, as in the paper.
-    "paper": GraphParams(n_base=40, items_per_level=(100, 90, 80, 60)),
-}
-_SIZES = {  # pretrain rows per bin at 100 %, posttrain rows per bin, test tasks per bin
-    "tiny": (200, 32, 16),
-    "small": (3000, 160, 160),
-    "paper": (40000, 2000, 160),
-}
 
 
 def scale_graph(scale: str) -> GraphParams:
-    if scale not in SCALES:
-        raise ConfigError(f"unknown scale '{scale}' (choose from {', '.join(SCALES)})")
-    return _GRAPHS[scale]
+    """The skill graph's generator settings at ``scale`` (`planning_gym.scales.CORPUS`)."""
+    return GraphParams(**CORPUS[check_scale(scale)]["graph"])
 
 
 MAX_POOL_PER_BIN = 10**6
@@ -47,25 +32,6 @@ MAX_POOL_PER_BIN = 10**6
 
 class ConfigError(UsageError, ValueError):
     """A configuration that cannot be generated."""
-
-
-def cuda_present() -> bool:
-    """Whether a CUDA device is visible, without making the gym depend on torch."""
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-        return bool(torch.cuda.is_available())
-    return os.path.exists("/proc/driver/nvidia/version")
-
-
-def resolve_scale(scale: str | None, announce=print) -> str:
-    """Explicit scale, else ``paper`` with CUDA and ``small`` without; says which it chose."""
-    if scale:
-        if scale not in SCALES:
-            raise ConfigError(f"unknown scale '{scale}' (choose from {', '.join(SCALES)})")
-        return scale
-    chosen = "paper" if cuda_present() else "small"
-    announce(f"SCALE not given: using '{chosen}' ({'a CUDA device is present' if chosen == 'paper' else 'no CUDA device'})")
-    return chosen
 
 
 @dataclass(frozen=True)
@@ -108,11 +74,9 @@ class CorpusConfig:
 
     @classmethod
     def from_scale(cls, scale: str, **overrides) -> "CorpusConfig":
-        if scale not in SCALES:
-            raise ConfigError(f"unknown scale '{scale}' (choose from {', '.join(SCALES)})")
-        n_pre, n_post, n_test = _SIZES[scale]
-        base = dict(scale=scale, graph=_GRAPHS[scale], n_pretrain_per_bin=n_pre,
-                    n_posttrain_per_bin=n_post, n_test_per_bin=n_test)
+        sizes = CORPUS[check_scale(scale)]
+        base = dict(scale=scale, graph=scale_graph(scale), n_pretrain_per_bin=sizes["pretrain"],
+                    n_posttrain_per_bin=sizes["posttrain"], n_test_per_bin=sizes["test"])
         base.update({k: v for k, v in overrides.items() if v is not None})
         cfg = cls(**base)
         cfg.check()
@@ -200,13 +164,3 @@ class CorpusConfig:
             return {k: tup(v) for k, v in d.items() if k in names}
         graph = GraphParams(**tuples(data["graph"], {f.name for f in dataclasses.fields(GraphParams)}))
         return cls(**{**tuples(data, {f.name for f in dataclasses.fields(cls)}), "graph": graph})
-
-
-if __name__ == "__main__":   # `python -m planning_gym.config [SCALE]` prints the resolved scale
-    import sys
-    try:
-        print(resolve_scale(sys.argv[1] if len(sys.argv) > 1 else None,
-                            announce=lambda m: print(m, file=sys.stderr)))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)

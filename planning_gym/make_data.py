@@ -85,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args) -> CorpusConfig:
-    scale = resolve_scale(args.scale)
+    scale = resolve_scale(args.scale, log=print)
     graph = scale_graph(scale)
     changes = {k: getattr(args, k) for k in ("n_base", "items_per_level", "inputs_per_rule", "rules_per_item",
                                              "count_range") if getattr(args, k) is not None}

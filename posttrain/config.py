@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from planning_gym import constants as C
 from planning_gym.cli import UsageError, check_fields, spec
-from pretrain.config import SCALES
+from planning_gym.scales import POSTTRAIN, SCALES
 from pretrain.tracking import TRACKERS, check_tracker
 
 DIFFICULTIES = C.DIFFICULTIES
@@ -116,13 +116,7 @@ class PosttrainConfig:
         return self
 
 
-_PRESETS = {
-    "tiny": dict(steps=4, tasks_per_step=2, group_size=4, eval_tasks_per_cell=2, eval_k=2),
-    "small": dict(steps=60, tasks_per_step=8, group_size=8, lr=5e-5, eval_every=20, eval_tasks_per_cell=16),
-    # the paper trains GRPO / OPD for 75 steps
-    "paper": dict(steps=C.PAPER_POSTTRAIN_STEPS, tasks_per_step=32, group_size=8, lr=1e-5, micro_batch=16, rollout_batch=256,
-                  eval_every=25, eval_tasks_per_cell=160, ckpt_every=25),
-}
+_PRESETS = POSTTRAIN   # field overrides per scale (planning_gym.scales)
 # GRPO takes two optimiser steps per rollout batch, so the second is off-policy and the clip acts.
 _METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_batches=2)}
 

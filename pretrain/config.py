@@ -5,22 +5,17 @@ Why one flat dataclass: every knob of a run (model shape, data, optimiser, bookk
 preset is just a dict of field overrides, and any field can be set from the command line
 (`--set field=value`) without a flag per field.
 
-Scales (SPEC §1): ``tiny`` (~1M params, tests and smoke runs, a few minutes), ``small`` (~5M
-params, a real but reduced run on a 2-core CPU in well under an hour: 1000 steps of 4 x 1024
-tokens), ``paper`` (~104M params, the paper's Qwen2.5 shape: hidden 768, 12 layers, 12 heads,
-2 KV heads, tied embeddings, 3000-token vocabulary, 9000 steps of 32 x 2048 tokens). Gym
-trajectories run to ~1600 tokens, so blocks are 512 / 1024 / 2048 tokens: the larger presets see
-whole long-horizon episodes at the positions a rollout will use. `resolve_scale` picks ``paper`` on a CUDA machine and ``small`` otherwise when none
-is given, and says so.
+Scales: the per-scale overrides are `planning_gym.scales.PRETRAIN` (the one page that says what
+``tiny`` / ``small`` / ``paper`` mean at every stage); `resolve_scale` picks ``paper`` on a CUDA
+machine and ``small`` otherwise when none is given, and says so.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 from planning_gym.cli import UsageError, check_fields, coerce, parse_sets, spec
-from planning_gym.config import SCALES, cuda_present
+from planning_gym.scales import PRETRAIN, SCALES, resolve_scale  # noqa: F401  (resolve_scale: re-exported)
 from pretrain.tracking import TRACKERS, check_tracker
 LOSS_ON = ("all", "agent")
 
@@ -105,38 +100,7 @@ class PretrainConfig:
         return cls(**values).validate()
 
 
-# Field overrides per scale, on top of the dataclass defaults (which are the tiny preset).
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(),
-    "small": dict(
-        hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=768,
-        block_size=1024, steps=1000, batch_size=4, micro_batch=4, lr=1.5e-3, warmup_steps=50,
-        eval_every=100, eval_blocks=32, ckpt_every=200, log_every=10,
-    ),
-    "paper": dict(
-        hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=2, intermediate_size=3072,
-        block_size=2048, steps=9000, batch_size=32, micro_batch=16, lr=5e-4, warmup_steps=300,
-        eval_every=500, eval_blocks=64, ckpt_every=1000, log_every=20,
-    ),
-}
-
-
-def resolve_scale(scale: str | None, log: Callable[[str], None] | None = None) -> str:
-    """Return the scale to use: the explicit one, else ``paper`` with CUDA and ``small`` without.
-
-    ``log`` (default: print to stderr) receives one line saying which scale was chosen and why.
-    """
-    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    if scale not in (None, "", "auto"):
-        if scale not in SCALES:
-            raise UsageError(f"unknown scale {scale!r} (choose one of {', '.join(SCALES)})")
-        say(f"scale: {scale} (given)")
-        return scale
-    if cuda_present():  # the gym's check: one rule for every stage
-        say("scale: paper (no scale given and a CUDA device is present; pass --scale to override)")
-        return "paper"
-    say("scale: small (no scale given and no CUDA device; pass --scale to override)")
-    return "small"
+PRESETS = PRETRAIN    # field overrides per scale, on top of the dataclass defaults (which are tiny)
 
 
 def make_config(scale: str, **overrides: Any) -> PretrainConfig:

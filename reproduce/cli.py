@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.table != "all" and args.table not in REPRODUCTIONS:
             raise ReproductionError(f"unknown table {args.table!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
         from planning_gym.config import resolve_scale
-        scale = resolve_scale(args.scale, announce=lambda m: print(m, file=sys.stderr))
+        scale = resolve_scale(args.scale)
         if args.seeds < 1:
             raise ReproductionError(f"--seeds must be at least 1, not {args.seeds}")
         if args.jobs < 1:
