@@ -11,7 +11,7 @@ SCALE    ?=
 DATA_DIR ?= data
 SEED     ?= 0
 
-RUNS     ?= runs
+RUNS_DIR ?= runs
 RUNS_ROOT ?= runs/reproduce
 
 RUN      ?=
@@ -71,7 +71,7 @@ baselines: $(STAMP)
 # The scale is resolved once (paper with CUDA, else small) and used by every stage.
 pretrain: $(STAMP)
 	@set -e; scale=$$($(BIN)/python -m planning_gym.scales $(SCALE)); \
-	corpus=$(DATA_DIR)/$(DOMAIN)-$$scale; run=$(RUNS)/pretrain-$(DOMAIN)-$$scale; \
+	corpus=$(DATA_DIR)/$(DOMAIN)-$$scale; run=$(RUNS_DIR)/pretrain-$(DOMAIN)-$$scale; \
 	echo "== data: $$corpus"; \
 	$(BIN)/python -m planning_gym.make_data --domain $(DOMAIN) --scale $$scale --data-dir $(DATA_DIR) --seed $(SEED) --quiet; \
 	echo "== pre-training: $$run"; \
@@ -81,24 +81,32 @@ pretrain: $(STAMP)
 	$(BIN)/python -m engine.evaluate --run $$run $$( [ $$cell -gt 0 ] && echo --max-tasks-per-cell $$cell )
 
 # Post-training: RUN is the student's run folder, TEACHER the teacher's, SET="steps=60 topk=100".
+# $(call need,VAR,what): one error line when a make variable is missing
+need = @test -n "$($(1))" || { echo "error: make $@ needs $(1)=<$(2)>"; exit 2; }
+
 grpo opd turnopd tcod: $(STAMP)
+	$(call need,RUN,the student's run folder)
 	$(BIN)/python -m posttrain.train --method $@ --student $(RUN) $(if $(TEACHER),--teacher $(TEACHER)) \
 		--out $(or $(OUT),$(RUN)-$@) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(RESUME),--resume)
 
 # A teacher sharing RUN's tokenizer: RECIPE=B, PATTERNS=T1+T2, or REGIME=shared_compatible TDOMAIN=lf
 teacher: $(STAMP)
+	$(call need,RUN,the student's run folder)
+	$(call need,OUT,the teacher's run folder)
 	$(BIN)/python -m posttrain.teachers --student $(RUN) --out $(OUT) --data-dir $(DATA_DIR) \
 		$(if $(RECIPE),--recipe $(RECIPE)) $(if $(PATTERNS),--patterns $(PATTERNS)) \
 		$(if $(REGIME),--regime $(REGIME)) $(if $(TDOMAIN),--domain $(TDOMAIN))
 
 # Cascaded MOPD: TEACHERS="fa=runs/t-fa lf=runs/t-lf ea=runs/t-ea"
 mopd: $(STAMP)
+	$(call need,RUN,the student's run folder)
+	$(call need,TEACHERS,"fa=runs/t-fa lf=runs/t-lf ...")
 	$(BIN)/python -m posttrain.mopd --student $(RUN) $(foreach t,$(TEACHERS),--teacher $(t)) \
 		--out $(or $(OUT),$(RUN)-mopd) $(if $(SCALE),--scale $(SCALE)) $(foreach s,$(SET),--set $(s))
 
-RUNS ?=
 curves: $(STAMP)
+	@test -n "$(RUNS)" || { echo "error: make curves needs RUNS=\"runs/a runs/b\" (post-training run folders)"; exit 2; }
 	$(BIN)/python -m analysis.curves $(RUNS) $(if $(REF),--reference $(REF)) $(if $(OUT),--out $(OUT))
 
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
@@ -110,14 +118,12 @@ reproduce-all: $(STAMP)
 	$(BIN)/python -m reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))
 
 # runs/ is not tracked: a measured table, its results, config and figures are kept in results/<scale>/<table>/
-publish:
+publish: $(STAMP)
 	@test -n "$(TABLE)" -a -n "$(SCALE)" || { echo "error: make publish needs TABLE=... and SCALE=..."; exit 2; }
-	@test -f $(RUNS_ROOT)/$(SCALE)/$(TABLE)/table.md || { echo "error: $(RUNS_ROOT)/$(SCALE)/$(TABLE)/table.md does not exist"; exit 2; }
-	mkdir -p results/$(SCALE)/$(TABLE)
-	cp $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.md $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.json results/$(SCALE)/$(TABLE)/
-	cp $(RUNS_ROOT)/$(SCALE)/$(TABLE)/*.png results/$(SCALE)/$(TABLE)/ 2>/dev/null || true
+	$(BIN)/python -m reproduce.publish $(TABLE) --scale $(SCALE) --runs $(RUNS_ROOT)
 
 eval: $(STAMP)
+	$(call need,RUN,a run folder)
 	$(BIN)/python -m engine.evaluate --run $(RUN)
 
 # a Hugging Face folder fit to publish: weights, config, generation config, tokenizer + chat template, model card

@@ -116,17 +116,14 @@ def _pattern_note(regime: str, tables: dict[str, pd.DataFrame]) -> str:
 # ----------------------------------------------------------------------------- Fig. 22
 def final_checkpoint(run: Path) -> Path:
     """A run's final checkpoint: ``summary.json``'s, else its newest; a checkpoint folder is itself."""
-    from pretrain.checkpoint import latest_checkpoint
+    from pretrain.checkpoint import final_checkpoint as named
     run = Path(run)
     if (run / "trainer_state.json").is_file():
         return run
-    try:
-        return Path(json.loads((run / "summary.json").read_text())["checkpoint"])
-    except (OSError, ValueError, KeyError, TypeError):
-        ckpt = latest_checkpoint(run)
-        if ckpt is None:
-            raise FileNotFoundError(f"{run} has no checkpoint") from None
-        return ckpt
+    ckpt = named(run)
+    if ckpt is None:
+        raise FileNotFoundError(f"{run} has no checkpoint")
+    return ckpt
 
 
 def distance_rows(labels: list[str], dist: np.ndarray, student: str = "Instruct",

@@ -247,10 +247,9 @@ class Store:
 
     def _eval_dir(self, model: Path, corpus: Path | None) -> Path:
         # a run and its final checkpoint are one model: key the cache by the checkpoint
-        try:
-            model = Path(json.loads((model / "summary.json").read_text())["checkpoint"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        from pretrain.checkpoint import final_checkpoint
+        if (model / "summary.json").is_file():
+            model = final_checkpoint(model) or model
         return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
 
     def _same_protocol(self, summary: dict, splits=("ID", "OOD"), difficulties=None) -> bool:

@@ -271,3 +271,27 @@ def test_ctrl_c_is_one_line_and_leaves_resumable_state(world, tmp_path):        
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
+
+
+def test_publish_refuses_a_partial_reproduction_and_swaps_a_finished_one_in_whole(tmp_path, capsys):  # [9]
+    from reproduce.publish import main
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    src, dst = runs / "small" / "fig7", results / "small" / "fig7"
+    src.mkdir(parents=True)
+    dst.mkdir(parents=True)
+    (dst / "table.md").write_text("old table")
+    (dst / "old_figure.png").write_bytes(b"old")
+    (dst / "eval-16-tasks").mkdir()
+    (dst / "eval-16-tasks" / "note.md").write_text("kept")
+    (src / "table.md").write_text("new table")                        # results.json, config.json not yet written
+    argv = ["fig7", "--scale", "small", "--runs", str(runs), "--results", str(results)]
+    one_error_line(capsys, main(argv), "not a finished reproduction")
+    assert (dst / "table.md").read_text() == "old table"
+    (src / "results.json").write_text("{}")
+    (src / "config.json").write_text("{}")
+    (src / "new_figure.png").write_bytes(b"new")
+    assert main(argv) == 0
+    assert sorted(p.name for p in dst.iterdir()) == ["config.json", "eval-16-tasks", "new_figure.png", "results.json",
+                                                     "table.md"]
+    assert (dst / "table.md").read_text() == "new table" and (dst / "eval-16-tasks" / "note.md").is_file()
+    assert not [p for p in dst.parent.iterdir() if p.name.startswith(".")]
