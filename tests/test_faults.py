@@ -295,3 +295,60 @@ def test_publish_refuses_a_partial_reproduction_and_swaps_a_finished_one_in_whol
                                                      "table.md"]
     assert (dst / "table.md").read_text() == "new table" and (dst / "eval-16-tasks" / "note.md").is_file()
     assert not [p for p in dst.parent.iterdir() if p.name.startswith(".")]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_killing_make_data_leaves_no_workers_and_the_next_run_cleans_up(tmp_path):    # [16]
+    argv = [sys.executable, "-m", "planning_gym.make_data", "--domain", "fa", "--scale", "tiny", "--workers", "2",
+            "--n-pretrain", "3000", "--n-test", "1", "--n-posttrain", "1",
+            "--data-dir", str(tmp_path), "--quiet"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(_children(proc.pid)) < 2:
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    workers = _children(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while any(Path(f"/proc/{w}").exists() and "Z" not in Path(f"/proc/{w}/stat").read_text().split()[2]
+              for w in workers if Path(f"/proc/{w}/stat").exists()):
+        assert time.time() < deadline, "make_data workers outlived their parent"
+        time.sleep(0.2)
+    from planning_gym.corpus import _remove_stale_tmp
+    dead = tmp_path / ".tmp-fa-small-999999999"               # what a writer killed mid-write leaves
+    (dead / "x").mkdir(parents=True)
+    _remove_stale_tmp(tmp_path / "fa-small")                  # the next writer's first act
+    assert not dead.exists()
+
+
+def test_concurrent_writers_of_one_corpus_all_succeed(tmp_path):                          # [16]
+    argv = [sys.executable, "-m", "planning_gym.make_data", "--domain", "fa", "--scale", "tiny", "--n-pretrain", "4",
+            "--n-posttrain", "1", "--n-test", "1", "--data-dir", str(tmp_path), "--force", "--quiet"]
+    procs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(code == 0 for code, _ in results), results
+    from planning_gym.corpus import verify_corpus
+    (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    verify_corpus(folder)
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_full_disk_is_one_error_line(world, tmp_path, monkeypatch, capsys):             # [14]
+    from engine.evaluate import main
+    root, corpus, run = world
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name == "results.md":
+            raise OSError(28, "No space left on device", str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "write_text", full)
+    code = main(["--run", str(run), "--out", str(tmp_path / "e"), "--k", "1", "--max-tasks-per-cell", "1",
+                 "--splits", "ID", "--quiet"])
+    one_error_line(capsys, code, "No space left on device")
