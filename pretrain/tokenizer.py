@@ -72,7 +72,7 @@ def wrap(tok):
         tokenizer_object=tok,
         eos_token=EOS,
         pad_token=PAD,
-        extra_special_tokens=[ENV, AGENT],
+        extra_special_tokens={"env_token": ENV, "agent_token": AGENT},   # a dict: transformers 4.x and 5.x
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
     )
