@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test test-fast data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
+.PHONY: help venv test test-fast data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves region-map reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make teacher RUN=... OUT=... RECIPE=B              a teacher that shares the student's tokenizer"
 	@echo "make mopd RUN=... TEACHERS=\"fa=.. lf=.. ea=..\"     cascaded multi-teacher OPD"
 	@echo "make curves RUNS=\"runs/a runs/b\" [REF=a]           training-curve PNGs (+ comparison.md against run a)"
+	@echo "make region-map RUNS=\"runs/a runs/b\" [OUT=...]     horizon x quality map of Δavg@8 ± SE per method (PNG + table)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] one paper table/figure (no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked)"
@@ -110,6 +111,13 @@ mopd: $(STAMP)
 curves: $(STAMP)
 	@test -n "$(RUNS)" || { echo "error: make curves needs RUNS=\"runs/a runs/b\" (post-training run folders)"; exit 2; }
 	$(BIN)/python -m analysis.curves $(RUNS) $(if $(REF),--reference $(REF)) $(if $(OUT),--out $(OUT))
+
+# Fig. 7's region map from any post-training runs: BASE=<student eval> for runs without a step-0
+# evaluation, LABELS="runs/x=4opt ..." to name a run's quality row
+region-map: $(STAMP)
+	@test -n "$(RUNS)" || { echo "error: make region-map needs RUNS=\"runs/a runs/b\" (post-training run folders)"; exit 2; }
+	$(BIN)/python -m analysis.region_map $(RUNS) --out $(or $(OUT),$(RUNS_DIR)/region-map) \
+		$(if $(BASE),--base $(BASE)) $(foreach l,$(LABELS),--label $(l))
 
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=

@@ -25,7 +25,7 @@ __all__ = ["token_kl_frame", "kl_group_summary", "per_turn_kl", "loss_budget_sha
            "compare_loss_budgets", "PATTERN_COLUMNS", "pattern_labels", "pattern_distribution",
            "pattern_table", "REGIONS", "region_labels", "region_counts", "same_step_table",
            "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds",
-           "paired_difference"]
+           "paired_difference", "task_score"]
 
 
 # ----------------------------------------------------------------------------- token KL (Fig. 13)
@@ -261,6 +261,24 @@ def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
     diff = (ra - rb.reindex(ra.index)).to_numpy()
     se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     return float(diff.mean()), se, len(diff)
+
+
+def task_score(samples: Sequence[Mapping], split: str, difficulty: str = "all",
+               metric: str = "avg") -> tuple[float, float, int]:
+    """Mean and standard error over tasks of one evaluation's score (percent) from its per-sample
+    records: ``metric="avg"`` is avg@k (a task's success rate), ``"pass"`` pass@k (any success).
+
+    The mean equals the summary's avg@k / pass@k of the cell; the standard error (NaN for one
+    task) is what an error bar on that number shows: how much it would move with other tasks."""
+    if metric not in ("avg", "pass"):
+        raise ValueError(f"metric must be 'avg' or 'pass', not {metric!r}")
+    rows = pd.DataFrame([{"task": x["task"], "success": float(x["success"])} for x in samples
+                         if x["split"] == split and difficulty in ("all", x["difficulty"])])
+    if rows.empty:
+        return float("nan"), float("nan"), 0
+    per_task = rows.groupby("task")["success"].agg("mean" if metric == "avg" else "max").to_numpy() * 100
+    se = float(per_task.std(ddof=1) / math.sqrt(len(per_task))) if len(per_task) > 1 else float("nan")
+    return float(per_task.mean()), se, len(per_task)
 
 
 # ----------------------------------------------------------------------------- seeds

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.figures import plot_grouped_bars, plot_lines
-from analysis.measures import paired_difference
+from analysis.figures import plot_grouped_bars, plot_small_multiples
+from analysis.measures import paired_difference, task_score
 from analysis.report import Report
 from analysis.run_logs import cell
 from reproduce.paper_numbers import paper
@@ -71,46 +71,61 @@ def world_model_vs_direct(store: Store) -> Report:
         rows = []
         for d in (*DIFFS, "all"):
             wm, di, eq = (cell(evals[a], split, d) for a in ("world model", "direct", "equal"))
+            wm_se, di_se, eq_se = (task_score(samples[a], split, d)[1] for a in ("world model", "direct", "equal"))
             _, se, _ = paired_difference(samples["world model"], samples["direct"], split, d)
             _, se_eq, _ = paired_difference(samples["world model"], samples["equal"], split, d)
-            rows.append([d, wm, di, wm - di, se, eq, wm - eq, se_eq,
+            rows.append([d, wm, wm_se, di, di_se, wm - di, se, eq, eq_se, wm - eq, se_eq,
                          paper("fig3-4", "gain", d) if split == "ID" else None,
                          cell(evals["world model"], split, d, "pass@8"), cell(evals["direct"], split, d, "pass@8")])
-            report.results[f"{split}/{d}"] = {"world_model": wm, "direct": di, "gain": wm - di, "gain_se": se,
-                                              "direct_equal_trajectories": eq, "gain_equal_trajectories": wm - eq,
-                                              "gain_equal_trajectories_se": se_eq}
+            report.results[f"{split}/{d}"] = {"world_model": wm, "world_model_se": wm_se, "direct": di,
+                                              "direct_se": di_se, "gain": wm - di, "gain_se": se,
+                                              "direct_equal_trajectories": eq, "direct_equal_trajectories_se": eq_se,
+                                              "gain_equal_trajectories": wm - eq, "gain_equal_trajectories_se": se_eq}
         report.add(f"{split} avg@8 (%) by difficulty, and the world-model gain over direct at equal steps and at "
-                   f"equal trajectories (direct stopped at step {eq_steps}); ± SE: standard error of the gain, "
-                   "paired by task",
-                   ["difficulty", "world model", "direct", "gain", "± SE", f"direct, {eq_steps} steps",
-                    "gain, equal traj.", "± SE", "paper gain", "wm pass@8", "direct pass@8"], rows)
+                   f"equal trajectories (direct stopped at step {eq_steps}); ± SE: standard error over tasks of the "
+                   "score before it, for a gain paired by task (the error bars of Fig. 3)",
+                   ["difficulty", "world model", "± SE", "direct", "± SE", "gain", "± SE", f"direct, {eq_steps} steps",
+                    "± SE", "gain, equal traj.", "± SE", "paper gain", "wm pass@8", "direct pass@8"], rows)
     report.results["equal_trajectory_steps"] = eq_steps
     out = store.out("fig3-4")
+    # the figures plot the ID table's numbers and standard errors, nothing else
     labels = {"world model": "world model", "direct": "direct", "equal": f"direct, {eq_steps} steps (equal trajectories)"}
-    bars = pd.DataFrame({labels[a]: [cell(evals[a], "ID", d) for d in DIFFS] for a in evals}, index=list(DIFFS))
-    report.figures.append(plot_grouped_bars(bars, out / "fig3_world_model_vs_direct.png",
-                                            title="ID avg@8: world-model CoT vs direct (Fig. 3)"))
-    gains = pd.DataFrame({"ours, equal steps": [report.results[f"ID/{d}"]["gain"] for d in DIFFS],
-                          "ours, equal trajectories": [report.results[f"ID/{d}"]["gain_equal_trajectories"]
-                                                       for d in DIFFS],
+    keys = {"world model": "world_model", "direct": "direct", "equal": "direct_equal_trajectories"}
+    bars, bar_se = (pd.DataFrame({labels[a]: [report.results[f"ID/{d}"][keys[a] + tail] for d in DIFFS] for a in evals},
+                                 index=list(DIFFS)) for tail in ("", "_se"))
+    report.figures.append(plot_grouped_bars(bars, out / "fig3_world_model_vs_direct.png", errors=bar_se,
+                                            title="ID avg@8 ± SE: world-model CoT vs direct (Fig. 3)"))
+    ours = {"ours, equal steps": "gain", "ours, equal trajectories": "gain_equal_trajectories"}
+    gains = pd.DataFrame({**{c: [report.results[f"ID/{d}"][k] for d in DIFFS] for c, k in ours.items()},
                           "paper": [paper("fig3-4", "gain", d) for d in DIFFS]}, index=list(DIFFS))
+    gain_se = pd.DataFrame({c: [report.results[f"ID/{d}"][f"{k}_se"] for d in DIFFS] for c, k in ours.items()},
+                           index=list(DIFFS))
     report.figures.append(plot_grouped_bars(gains, out / "fig3_gain_vs_paper.png", ylabel="gain (avg@8 points)",
-                                            title="world-model minus direct ID avg@8, ours beside the paper's"))
+                                            errors=gain_se, title="world-model minus direct ID avg@8 ± SE (paired), "
+                                                                  "ours beside the paper's"))
 
     # Fig. 4: the same comparison along pre-training (tokens seen), from the runs' checkpoints
-    curves = {}
+    panels, errors, rows = {}, {}, []
     for name, run in arms.items():
-        for d in DIFFS:
-            xs, ys = [], []
-            for step in SCALING_STEPS[store.scale]:
-                s = store.evaluation(store.checkpoint(run, step))
-                xs.append(step)
-                ys.append(cell(s, "ID", d))
+        for step in SCALING_STEPS[store.scale]:
+            model = store.checkpoint(run, step)
+            s, ss = store.evaluation(model), store.samples(model)
+            row = [name, step]
+            for d in DIFFS:
+                avg, se = cell(s, "ID", d), task_score(ss, "ID", d)[1]
+                row += [avg, se]
                 report.results.setdefault("scaling", []).append({"arm": name, "step": step, "difficulty": d,
-                                                                 "avg@8": ys[-1]})
-            curves[f"{name} / {d}"] = (xs, ys)
-    report.figures.append(plot_lines(curves, out / "fig4_scaling.png", "pre-training step", "ID avg@8 (%)",
-                                     title="avg@8 along pre-training (Fig. 4)"))
+                                                                 "avg@8": avg, "se": se})
+                x, y = panels.setdefault(d, {}).setdefault(name, ([], []))
+                x.append(step)
+                y.append(avg)
+                errors.setdefault(d, {}).setdefault(name, []).append(se)
+            rows.append(row)
+    report.add("ID avg@8 (%) along pre-training (Fig. 4); ± SE: standard error over tasks",
+               ["arm", "step", *[c for d in DIFFS for c in (d, "± SE")]], rows)
+    report.figures.append(plot_small_multiples(panels, out / "fig4_scaling.png", "pre-training step", "ID avg@8 (%)",
+                                               errors=errors, ncols=len(DIFFS),
+                                               title="avg@8 ± SE along pre-training, one panel per difficulty (Fig. 4)"))
     for key, budget in (("gain", "At equal steps (tokens)"),
                         ("gain_equal_trajectories", f"At equal trajectories (direct stopped at step {eq_steps})")):
         report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS],
@@ -142,29 +157,33 @@ def gain_verdict(gains: list[float], ses: list[float]) -> str:
 
 def horizon_mixtures(store: Store) -> Report:
     report = Report("Table 1 / Fig. 5: horizon mixtures of the pre-training data")
-    rows, curves = [], {}
+    rows = []
     for mix in MIXES:
         run = store.pretrained(horizon_mix=mix)
         report.runs.append(run)
-        s = store.evaluation(run)
+        s, samples = store.evaluation(run), store.samples(run)
         name = "/".join(map(str, mix))
         scores = _scores(s)
+        scores.update({f"{d} pass@8 se": task_score(samples, "ID", d, "pass")[1] for d in DIFFS})
         report.results[name] = scores
         row = [name]
         for d in DIFFS:
-            for m in ("avg@8", "pass@8"):
-                row += [scores[f"{d} {m}"], paper("table1", name, f"{d} {m}")]
+            row += [scores[f"{d} avg@8"], paper("table1", name, f"{d} avg@8"),
+                    scores[f"{d} pass@8"], scores[f"{d} pass@8 se"], paper("table1", name, f"{d} pass@8")]
         rows.append(row)
-    header = ["S/M/L"] + [f"{d} {m}{tag}" for d in DIFFS for m in ("avg@8", "pass@8") for tag in ("", " paper")]
-    report.add("ID avg@8 / pass@8 (%) per pre-training mixture (percent of each bin's rows kept)", header, rows)
+    header = ["S/M/L"] + [c for d in DIFFS for c in (f"{d} avg@8", f"{d} avg@8 paper", f"{d} pass@8", "± SE",
+                                                     f"{d} pass@8 paper")]
+    report.add("ID avg@8 / pass@8 (%) per pre-training mixture (percent of each bin's rows kept); ± SE: standard "
+               "error of pass@8 over tasks (the error bars of Fig. 5)", header, rows)
     out = store.out("table1")
-    bars = pd.DataFrame({"/".join(map(str, m)): [report.results["/".join(map(str, m))][f"{d} pass@8"] for d in DIFFS]
-                         for m in MIXES}, index=list(DIFFS))
+    bars, bar_se = (pd.DataFrame({"/".join(map(str, m)): [report.results["/".join(map(str, m))][f"{d} pass@8{tail}"]
+                                                          for d in DIFFS] for m in MIXES}, index=list(DIFFS))
+                    for tail in ("", " se"))
     ref = pd.DataFrame({m: [paper("table1", m, f"{d} pass@8") for d in DIFFS] for m in bars.columns},
                        index=list(DIFFS), dtype=float)
     report.figures.append(plot_grouped_bars(bars, out / "fig5_horizon_mixtures.png", ylabel="ID pass@8 (%)",
-                                            title="pass@8 by pre-training mixture S/M/L (Fig. 5; ◆ the paper's)",
-                                            reference=ref))
+                                            title="pass@8 ± SE by pre-training mixture S/M/L (Fig. 5; ◆ the paper's)",
+                                            reference=ref, errors=bar_se))
     report.notes += mixture_verdicts(report.results, store.budget["eval_tasks_per_cell"])
     return report
 
@@ -200,25 +219,28 @@ def mixture_verdicts(r: dict, tasks_per_cell: int) -> list[str]:
 
 def data_quality(store: Store) -> Report:
     report = Report("Fig. 6: optimal vs suboptimal pre-training trajectories")
-    rows, evals = [], {}
+    rows = []
     for q in QUALITIES:
         run = store.pretrained(patterns=q)
         report.runs.append(run)
-        evals[q] = s = store.evaluation(run)
+        s = store.evaluation(run)
         scores = _scores(s)
         samples = store.samples(run)
+        scores.update({f"{d} avg@8 se": task_score(samples, "ID", d)[1] for d in DIFFS})
         sub = 100.0 * sum(o["pattern"].startswith("D") for o in samples) / max(1, len(samples))
         info = sample_information(samples)
         report.results[q] = {**scores, "suboptimal pattern %": sub, **info}
-        rows.append([q] + [scores[f"{d} {m}"] for d in DIFFS for m in ("avg@8", "pass@8")]
+        rows.append([q] + [scores[f"{d} {m}"] for d in DIFFS for m in ("avg@8", "avg@8 se", "pass@8")]
                     + [paper("fig6", q, "long avg@8"), sub, info["I(task;pattern)"], info["I(task;knowledge)"]])
-    header = ["patterns"] + [f"{d} {m}" for d in DIFFS for m in ("avg@8", "pass@8")] + [
+    header = ["patterns"] + [c for d in DIFFS for c in (f"{d} avg@8", "± SE", f"{d} pass@8")] + [
         "paper long avg@8", "D-pattern outputs %", "I(task;pattern) bits", "I(task;knowledge) bits"]
-    report.add("ID avg@8 / pass@8 (%) per pre-training data quality (Opt:Sub pattern mixture)", header, rows)
+    report.add("ID avg@8 / pass@8 (%) per pre-training data quality (Opt:Sub pattern mixture); ± SE: standard error "
+               "of avg@8 over tasks (the error bars of Fig. 6)", header, rows)
     out = store.out("fig6")
-    bars = pd.DataFrame({q: [cell(evals[q], "ID", d) for d in DIFFS] for q in QUALITIES}, index=list(DIFFS))
-    report.figures.append(plot_grouped_bars(bars, out / "fig6_quality.png",
-                                            title="ID avg@8 by pre-training data quality (Fig. 6)"))
+    bars, bar_se = (pd.DataFrame({q: [report.results[q][f"{d} avg@8{tail}"] for d in DIFFS] for q in QUALITIES},
+                                 index=list(DIFFS)) for tail in ("", " se"))
+    report.figures.append(plot_grouped_bars(bars, out / "fig6_quality.png", errors=bar_se,
+                                            title="ID avg@8 ± SE by pre-training data quality (Fig. 6)"))
     long = [report.results[q]["long avg@8"] for q in QUALITIES]
     report.notes.append("long-horizon ID avg@8 for " + ", ".join(f"{q} {v:.1f}" for q, v in zip(QUALITIES, long))
                         + ". The paper's claim: suboptimal data hurts most at long horizons (4 Opt:8 Sub about 0)"

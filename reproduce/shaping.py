@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_maps, plot_subspace_curves,
-                              plot_token_probabilities, plot_cosine_series)
+from analysis.figures import (plot_kl_distributions, plot_lines, plot_region_maps, plot_small_multiples,
+                              plot_subspace_curves, plot_token_probabilities, plot_cosine_series)
 from analysis.measures import kl_group_summary, paired_difference, region_labels, token_kl_frame
 from analysis.report import Report
 from analysis.run_logs import cell, metrics
@@ -60,8 +60,8 @@ def region_map(store: Store) -> Report:
                 outcomes[method, q, d] = store.samples(run, splits=("ID",), difficulties=(d,))
                 entry[f"{method} se"] = paired_difference(outcomes[method, q, d], before_samples, "ID", d)[1]
                 entry[f"{method} pass"] = cell(after, "ID", d, "pass@8") - base_pass
-                for key in ("success", "entropy"):
-                    curves.setdefault(key, {})[f"{method} {q} {d}"] = _curve(metrics(run), key)
+                for key in ("success", "entropy"):     # Fig. 8: one panel per cell, GRPO beside OPD
+                    curves.setdefault(key, {}).setdefault(f"{q} / {d}", {})[method.upper()] = _curve(metrics(run), key)
             cells.append(entry)
             name = f"{q}/{d}"
             rows.append([name, base_avg, entry["grpo avg"], entry["grpo se"], entry["opd avg"], entry["opd se"],
@@ -77,11 +77,12 @@ def region_map(store: Store) -> Report:
                 "paper OPD Δavg",
                 "pass@8 before", "GRPO Δpass", "OPD Δpass", "paper GRPO Δpass", "paper OPD Δpass"], rows)
     table = pd.DataFrame(cells)
-    maps, deltas = {}, {}
+    maps, deltas, ses = {}, {}, {}          # the figure shows the first table's Δavg ± SE, cell for cell
     for method in ("grpo", "opd"):
         maps[method.upper()] = region_labels(table, delta=f"{method} avg")
-        deltas[method.upper()] = table.pivot(index="quality", columns="horizon", values=f"{method} avg").reindex(
-            index=list(QUALITIES), columns=list(DIFFS))
+        for grid, col in ((deltas, "avg"), (ses, "se")):
+            grid[method.upper()] = table.pivot(index="quality", columns="horizon", values=f"{method} {col}").reindex(
+                index=list(QUALITIES), columns=list(DIFFS))
     counts = {m: lab.stack().value_counts().to_dict() for m, lab in maps.items()}
     report.add("Cells per region (unnecessary: avg@8 already >= 90 before; effective: Δavg@8 >= +2; else unsupported)",
                ["method", "unnecessary", "effective", "unsupported"],
@@ -91,10 +92,11 @@ def region_map(store: Store) -> Report:
     reference = {m.upper(): pd.DataFrame({d: [paper("fig7", f"{q}/{d}", f"{m} avg@8") for q in QUALITIES]
                                           for d in DIFFS}, index=list(QUALITIES), dtype=float)
                  for m in ("grpo", "opd")}
-    report.figures.append(plot_region_maps(maps, out / "fig7_regions.png", deltas=deltas, unit=" pt",
-                                           reference=reference))
+    report.figures.append(plot_region_maps(maps, out / "fig7_regions.png", deltas=deltas, ses=ses, unit=" pt",
+                                           reference=reference, title="ΔID avg@8 ± SE after GRPO / OPD (Fig. 7)"))
     for key, c in curves.items():
-        report.figures.append(plot_lines(c, out / f"fig8_{key}.png", "step", key, title=f"Training {key} (Fig. 8)"))
+        report.figures.append(plot_small_multiples(c, out / f"fig8_{key}.png", "step", key, ncols=len(DIFFS),
+                                                   title=f"Training {key} per quality / horizon (Fig. 8)"))
     eff = {m: c.get("effective", 0) for m, c in counts.items()}
     clear = {m: sum(maps[m].loc[e["quality"], e["horizon"]] == "effective" and e[f"{m.lower()} avg"]
                     > 2 * e[f"{m.lower()} se"] for e in cells) for m in maps}          # False for a NaN SE

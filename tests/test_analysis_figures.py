@@ -1,5 +1,7 @@
 """Every plotting function writes a PNG that matplotlib reads back at figsize * dpi pixels and that
-is not blank. Small figures at low dpi keep this fast."""
+is not blank, and the figures show what a reader needs: error bars where the caller has standard
+errors, a colour legend on the region map, one panel per run in small multiples, legends off the
+data. Small figures at low dpi keep this fast."""
 from __future__ import annotations
 
 import matplotlib.image as mpimg
@@ -7,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from matplotlib.container import ErrorbarContainer
 
 from analysis import figures as Fg
 from analysis import measures as M
@@ -81,3 +84,119 @@ def test_turnopd_figures(tmp_path):
     logs = {"OPD": {"step": [0, 10, 20], "wall": [0, 50, 100], "acc": [0.1, 0.4, 0.5]},
             "TurnOPD": {"step": [0, 10, 20, 30], "wall": [0, 20, 40, 60], "acc": [0.1, 0.45, float("nan"), 0.6]}}
     check_png(Fg.plot_frontier(logs, tmp_path / "front.png", figsize=SIZE, dpi=DPI))
+
+
+# ----------------------------------------------------------------------------- what the figures show
+# Each test looks at the drawn artists (the figure is caught as it is saved), so dropping an
+# ``errors`` argument, a colour bar or a panel fails here, not only in a reader's eyes.
+@pytest.fixture
+def drawn(monkeypatch):
+    """The Figure objects saved by analysis.figures, in order."""
+    figs, real = [], Fg._save
+
+    def spy(fig, path, dpi):
+        figs.append(fig)
+        return real(fig, path, dpi)
+    monkeypatch.setattr(Fg, "_save", spy)
+    return figs
+
+
+def error_bars(ax):
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def bar_extents(container) -> list[tuple[float, float]]:
+    """(low, high) of each vertical error bar of an ErrorbarContainer (a NaN error draws none)."""
+    segments = [np.asarray(s, float).reshape(-1, 2) for s in container.lines[2][0].get_segments()]
+    return sorted((float(s[:, 1].min()), float(s[:, 1].max())) for s in segments
+                  if len(s) and np.isfinite(s).all())
+
+
+def assert_legend_outside(fig, ax):
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend()
+    assert legend is not None
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_grouped_bars_draw_each_standard_error_and_keep_the_legend_off_the_data(tmp_path, drawn):
+    bars = pd.DataFrame({"ours": [5.0, 30.0], "other": [1.0, -2.0]}, index=["short", "long"])
+    errors = pd.DataFrame({"ours": [2.0, 3.0], "other": [float("nan"), 0.5]}, index=bars.index)
+    check_png(Fg.plot_grouped_bars(bars, tmp_path / "b.png", errors=errors, figsize=SIZE, dpi=DPI,
+                                   reference=pd.DataFrame({"ours": [float("nan"), 45.8]}, index=bars.index)))
+    ax = drawn[-1].axes[0]
+    ours, other = error_bars(ax)
+    assert bar_extents(ours) == [(3.0, 7.0), (27.0, 33.0)]
+    assert bar_extents(other) == [(-2.5, -1.5)]                      # NaN: no bar drawn for "short"
+    assert_legend_outside(drawn[-1], ax)
+    Fg.plot_grouped_bars(bars, tmp_path / "plain.png", figsize=SIZE, dpi=DPI)
+    assert not error_bars(drawn[-1].axes[0])
+
+
+def test_lines_draw_error_bars_where_a_curve_has_them(tmp_path, drawn):
+    curves = {"world model": ([100, 200, 300], [10.0, 20.0, 30.0]), "direct": ([100, 200, 300], [5.0, 5.0, 6.0])}
+    Fg.plot_lines(curves, tmp_path / "l.png", "step", "avg@8", errors={"world model": [1.0, 2.0, float("nan")]},
+                  figsize=SIZE, dpi=DPI)
+    ax = drawn[-1].axes[0]
+    (bars,) = error_bars(ax)
+    assert bar_extents(bars) == [(9.0, 11.0), (18.0, 22.0)]
+    assert_legend_outside(drawn[-1], ax)
+
+
+def test_small_multiples_draw_one_titled_panel_per_run_on_shared_axes(tmp_path, drawn):
+    runs = {f"run {i}": ([1, 2, 3], [i, i + 1.0, i + 2.0]) for i in range(5)}
+    check_png(Fg.plot_small_multiples(runs, tmp_path / "sm.png", "step", "success", ncols=3, figsize=SIZE, dpi=DPI))
+    fig = drawn[-1]
+    assert len(fig.axes) == len(runs)                                 # the sixth grid slot is removed
+    assert [ax.get_title() for ax in fig.axes] == list(runs)
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1               # shared y: panels compare by eye
+    assert not fig.legends                                            # one line per panel: the title says it
+    cells = {f"{q} / {d}": {"GRPO": ([1, 2], [0.1, 0.2]), "OPD": ([1, 2], [0.3, 0.1])}
+             for q in ("4opt", "4opt8sub") for d in ("short", "mid", "long")}
+    se = {"4opt / long": {"OPD": [0.05, 0.05]}}
+    Fg.plot_small_multiples(cells, tmp_path / "cells.png", "step", "success", ncols=3, errors=se, dpi=DPI)
+    fig = drawn[-1]
+    assert len(fig.axes) == 6 and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["GRPO", "OPD"]
+    assert [len(error_bars(ax)) for ax in fig.axes] == [0, 0, 1, 0, 0, 0]
+    with pytest.raises(ValueError):
+        Fg.plot_small_multiples({}, tmp_path / "none.png", "x", "y")
+
+
+def test_region_map_has_a_colour_legend_and_delta_with_se_in_each_cell(tmp_path, drawn):
+    table = pd.DataFrame({"quality": ["4opt", "4opt", "4opt8sub", "4opt8sub"], "horizon": ["short", "long"] * 2,
+                          "baseline": [95, 60, 40, 5], "delta": [0.2, 4.0, 1.0, 18.59]})
+    lab = M.region_labels(table)
+    dl = table.pivot(index="quality", columns="horizon", values="delta").reindex(index=lab.index, columns=lab.columns)
+    se = dl * 0 + 2.5
+    se.iloc[0, 0] = float("nan")
+    missing = lab.copy()
+    missing.iloc[1, 0] = float("nan")                                # no run measured this cell
+    Fg.plot_region_maps({"GRPO": lab, "OPD": missing}, tmp_path / "reg.png", deltas={"GRPO": dl, "OPD": dl},
+                        ses={"GRPO": se, "OPD": se}, unit=" pt", reference={"OPD": dl.where(dl > 10)}, dpi=DPI)
+    fig = drawn[-1]
+    grpo, opd, cbar = fig.axes
+    assert opd.images[0].colorbar is not None and opd.images[0].colorbar.ax is cbar   # one legend for both
+    assert grpo.images[0].norm.vmin == opd.images[0].norm.vmin and grpo.images[0].cmap is opd.images[0].cmap
+    assert [t.get_text() for t in cbar.get_yticklabels()] == list(M.REGIONS)
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in opd.texts}
+    assert texts[0, 0] == "unnecessary\n+0.2 pt"                      # NaN SE: the change alone
+    assert texts[0, 1] == "effective\n+4.0 ± 2.5 pt"
+    assert texts[1, 1] == "effective\n+18.6 ± 2.5 pt\n(paper +18.6)"
+    assert texts[1, 0] == "no run"
+
+
+def test_pca_names_points_in_a_legend_and_zooms_on_a_tight_cluster(tmp_path, drawn):
+    pts = np.array([[0.0, 0.0, 0.0], [0.01, 0.001, 0.0], [0.02, 0.0, 0.003], [50.0, 0.0, 0.0], [0.0, 40.0, 0.0]])
+    labels = ["Instruct", "MOPD 1", "MOPD 2", "Teacher FA", "Teacher LF"]
+    coords, _ = P.checkpoint_pca(pts)
+    Fg.plot_checkpoint_dynamics(coords, P.pairwise_distances(pts), labels, tmp_path / "dyn.png", dpi=DPI)
+    fig = drawn[-1]
+    pca, zoom = fig.axes[:2]
+    assert not pca.texts                                              # no text at the points to overprint
+    assert [t.get_text() for t in pca.get_legend().get_texts()] == labels
+    assert_legend_outside(fig, pca)
+    assert zoom.get_title() == "zoom: Instruct, MOPD 1, MOPD 2" and len(zoom.collections) == 3
+    spread = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    Fg.plot_checkpoint_dynamics(spread, P.pairwise_distances(spread), ["a", "b", "c"], tmp_path / "d2.png", dpi=DPI)
+    assert len(drawn[-1].axes) == 3                                   # PCA, distances, their colour bar: no zoom

@@ -156,3 +156,21 @@ def test_seed_statistics_and_formatting():
     t = M.summarise_seeds(f, by=["method", "cell"], value="acc")
     assert t.loc[("a", "x"), "text"] == "2.00 ± 1.00 (n=3)"
     assert t.loc[("b", "x"), "std"] == pytest.approx(math.sqrt(8))
+
+
+def test_task_score_is_the_summary_cell_with_its_standard_error_over_tasks():
+    from engine.evaluate import score
+    successes = {"t0": 8, "t1": 2, "t2": 0}                  # of 8 samples; per-task avg 100, 25, 0
+    samples = [{"domain": "fa", "split": "ID", "difficulty": "long", "task": t, "success": s < n}
+               for t, n in successes.items() for s in range(8)]
+    samples.append({"domain": "fa", "split": "OOD", "difficulty": "long", "task": "o", "success": True})
+    row = next(r for r in score([x for x in samples if x["split"] == "ID"], 8) if r["difficulty"] == "long")
+    avg, se, n = M.task_score(samples, "ID", "long")
+    assert (avg, n) == (pytest.approx(row["avg@8"]), 3)
+    assert se == pytest.approx(np.std([100, 25, 0], ddof=1) / np.sqrt(3))
+    pas, pse, _ = M.task_score(samples, "ID", "all", "pass")
+    assert pas == pytest.approx(row["pass@8"]) and pse == pytest.approx(np.std([100, 100, 0], ddof=1) / np.sqrt(3))
+    assert M.task_score(samples, "OOD")[1] != M.task_score(samples, "OOD")[1]          # one task: NaN
+    assert M.task_score(samples, "ID", "short")[2] == 0
+    with pytest.raises(ValueError):
+        M.task_score(samples, "ID", metric="median")

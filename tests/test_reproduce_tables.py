@@ -229,7 +229,9 @@ def check_fig3_4(store, r, md):
     for d in (*DIFFS, "all"):
         assert r[f"ID/{d}"]["gain"] == pytest.approx(fake_score(wm, "ID", d) - fake_score(di, "ID", d))
     a, b = fake_score(wm, "ID", "long"), fake_score(di, "ID", "long")
-    assert f"| long | {cell_text(a)} | {cell_text(b)} | {cell_text(a - b)} |" in md
+    # one task per cell at tiny: every standard error (over tasks, of the scores and of the gain) is an en dash
+    assert f"| long | {cell_text(a)} | – | {cell_text(b)} | – | {cell_text(a - b)} | – |" in md
+    assert r["ID/long"]["world_model_se"] is None and r["ID/long"]["direct_se"] is None
     scaling = {(e["arm"], e["step"], e["difficulty"]): e["avg@8"] for e in r["scaling"]}
     early = key_of(store, store.checkpoint(store.pretrained(cot_format="direct"), 100))
     assert len(scaling) == 18 and scaling[("direct", 100, "mid")] == pytest.approx(fake_score(early, "ID", "mid"))
@@ -419,3 +421,38 @@ def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_pa
     assert REAL_CORPUS_TOKENS(run) == n
     monkeypatch.setattr(pretraining, "corpus_tokens", lambda r: n if r == run else n // 4)
     assert pretraining.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)
+
+
+def test_figures_are_drawn_from_the_table_numbers(store, monkeypatch):
+    """Fig. 7's region map and Fig. 3's bars receive exactly the numbers (and standard errors) the
+    table reports: the plotting calls are caught on their way to `analysis.figures`."""
+    from analysis import figures
+    from reproduce import shaping
+    calls = {}
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            calls.setdefault(name, []).append((args, kwargs))
+            return real(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(shaping, "plot_region_maps", spy("regions", figures.plot_region_maps))
+    monkeypatch.setattr(pretraining, "plot_grouped_bars", spy("bars", figures.plot_grouped_bars))
+    same = lambda drawn, written: (drawn != drawn and written is None) or drawn == pytest.approx(written)  # noqa: E731
+    for table_id in ("fig7", "fig3-4"):
+        argv = [table_id, "--scale", "tiny", "--root", str(store.root), "--data-dir", str(store.data_dir)]
+        assert cli.main(argv) == 0
+    r = json.loads((store.out("fig7") / "results.json").read_text())
+    (_, kw), = calls["regions"]
+    assert set(kw["deltas"]) == set(kw["ses"]) == {"GRPO", "OPD"}
+    for m in ("grpo", "opd"):
+        for q in shaping.QUALITIES:
+            for d in DIFFS:
+                assert same(kw["deltas"][m.upper()].loc[q, d], r[f"{q}/{d}"][f"{m} avg"])
+                assert same(kw["ses"][m.upper()].loc[q, d], r[f"{q}/{d}"][f"{m} se"])
+    r = json.loads((store.out("fig3-4") / "results.json").read_text())
+    (bars, bar_se), (gains, gain_se) = [(args[0], kw["errors"]) for args, kw in calls["bars"]]
+    for d in pretraining.DIFFS:
+        assert same(bars.loc[d, "world model"], r[f"ID/{d}"]["world_model"])
+        assert same(bar_se.loc[d, "direct"], r[f"ID/{d}"]["direct_se"])
+        assert same(gains.loc[d, "ours, equal steps"], r[f"ID/{d}"]["gain"])
+        assert same(gain_se.loc[d, "ours, equal trajectories"], r[f"ID/{d}"]["gain_equal_trajectories_se"])
