@@ -20,13 +20,14 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.figures import plot_lines
+from pretrain import rundir
 
 DEFAULT_KEYS = ("reward", "success", "kl", "entropy", "depth", "loss")
 
 
 def load(run: Path) -> pd.DataFrame:
     """A run's metrics as a DataFrame (training and evaluation records); one clear error if unreadable."""
-    path = Path(run) / "metrics.jsonl"
+    path = rundir.metrics_path(run)
     try:
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as e:

@@ -15,13 +15,14 @@ import pandas as pd
 
 from analysis.measures import logs_frame
 from planning_gym.constants import EVAL_K
+from pretrain import rundir
 
 __all__ = ["metrics", "cell", "log_rows", "frame", "step_cell"]
 
 
 def metrics(run: Path) -> list[dict]:
     """A post-training run's metrics.jsonl records."""
-    return [json.loads(line) for line in (Path(run) / "metrics.jsonl").read_text().splitlines() if line]
+    return [json.loads(line) for line in rundir.metrics_path(run).read_text().splitlines() if line]
 
 
 def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:

@@ -29,12 +29,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from planning_gym import constants as C
+from planning_gym.cli import Parser, UsageError, prepare_output
+from planning_gym.constants import DIFFICULTIES
 from planning_gym.corpus import select_rows
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
-from planning_gym import constants as C
-from planning_gym.constants import DIFFICULTIES
+from pretrain import rundir
 from pretrain.checkpoint import load_model_and_tokenizer  # noqa: F401  (part of this module's API)
-from planning_gym.cli import Parser, UsageError, prepare_output
 
 SPLITS = {"test_id": "ID", "test_ood": "OOD"}
 PATTERN_COLUMNS = (*PATTERNS, OTHERS)
@@ -259,12 +260,12 @@ def main(argv: list[str] | None = None) -> int:
             from engine.vllm_backend import VLLMUnavailable, vllm_available
             if not vllm_available():
                 raise VLLMUnavailable("--backend vllm needs the vllm extra: run `make vllm` and use .venv-vllm/bin/python")
-        if args.model and (Path(args.model) / "train_config.json").is_file():
+        if args.model and rundir.kind(args.model) in ("pretrain", "posttrain"):
             raise UsageError(f"{args.model} is a run folder: pass it as --run (--model takes a checkpoint folder)")
         if args.model and not args.data:
             raise UsageError("--model needs --data (a corpus folder)")
         if args.out:     # checked before the evaluation runs, not after
-            if (Path(args.out) / "train_config.json").is_file():
+            if rundir.kind(args.out) in ("pretrain", "posttrain"):
                 raise UsageError(f"--out {args.out} is a run folder; its summary.json would be overwritten")
             prepare_output(args.out, exists_ok=args.force, what="--out")
         model, tokenizer, data = load_model_and_tokenizer(

@@ -23,6 +23,7 @@ from pathlib import Path
 from planning_gym.cli import Parser, UsageError, entry, prepare_output
 from posttrain.config import make_config
 from posttrain.train import Trainer, parse_overrides
+from pretrain import rundir
 from pretrain.config import resolve_scale
 
 
@@ -78,8 +79,8 @@ def run(argv=None) -> list[dict]:
     from pretrain.checkpoint import latest_checkpoint
     for i, ((domain, teacher), cfg) in enumerate(zip(stages, cfgs), start=1):
         stage_dir = out / f"stage_{i}_{domain}"
-        if (stage_dir / "summary.json").is_file():
-            summary = json.loads((stage_dir / "summary.json").read_text())
+        if rundir.is_finished(stage_dir):
+            summary = rundir.read_summary(stage_dir)
             print(f"stage {i} ({domain}): finished earlier, kept")
         else:
             trainer = Trainer(cfg, student, teacher, stage_dir, Path(args.data) if args.data else None,

@@ -31,6 +31,7 @@ from planning_gym.config import CorpusConfig
 from planning_gym.corpus import write_corpus
 from planning_gym.patterns import OPTIMAL
 from planning_gym.rng import stream
+from pretrain import rundir
 
 def _random_shared() -> dict[str, str]:
     rng = stream(0, "mopd", "random_shared")
@@ -55,7 +56,7 @@ class TeacherError(UsageError):
 def student_corpus_config(student_run: Path) -> CorpusConfig:
     """The corpus config the student was pre-trained on (read from its run folder)."""
     try:
-        saved = json.loads((student_run / "train_config.json").read_text())
+        saved = rundir.read_train_config(student_run) or {}
         return CorpusConfig.from_dict(json.loads((Path(saved["data"]) / "config.json").read_text()))
     except (OSError, KeyError, TypeError, ValueError) as e:
         raise TeacherError(f"cannot read the student's run/corpus config under {student_run}: {e}") from None

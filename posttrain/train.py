@@ -28,6 +28,7 @@ from pathlib import Path
 from planning_gym.cli import Diverged, Parser, UsageError, append_jsonl, entry, fields_help, prepare_output, read_jsonl
 from posttrain.config import _PRESETS, METHODS, PosttrainConfig, make_config
 from posttrain.objectives import OBJECTIVES, MicroBatch, target_logp, update_batches
+from pretrain import rundir
 from pretrain.config import parse_set, resolve_scale
 
 # Fields a resumed run may change: how long it runs, how it is evaluated, logged and placed -- not
@@ -193,7 +194,7 @@ class Trainer:
         self.step, self.train_wall = saved["state"]["step"], saved["state"]["train_wall"]
         if saved["rng"] is not None:
             set_rng_state(*saved["rng"])
-        metrics = self.out / "metrics.jsonl"
+        metrics = rundir.metrics_path(self.out)
         keep = [r for r in read_jsonl(metrics) if r.get("step", 0) <= self.step]  # drop rows after the checkpoint
         self.evaluated_at = next((r for r in keep if r.get("eval") and r.get("step") == self.step), None)
         metrics.write_text("".join(json.dumps(r) + "\n" for r in keep))
@@ -209,7 +210,7 @@ class Trainer:
         return ckpt
 
     def log(self, record: dict) -> None:
-        append_jsonl(self.out / "metrics.jsonl", record)
+        append_jsonl(rundir.metrics_path(self.out), record)
         if self.tracker is None:
             from pretrain.tracking import Tracker
             self.tracker = Tracker(self.cfg.tracker, self.out)
@@ -365,11 +366,10 @@ class Trainer:
         from planning_gym.corpus import verify_corpus
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "train_config.json").write_text(json.dumps(
-            {"kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
-             "corpus_digest": verify_corpus(self.data),
-             "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None},
-            indent=1))
+        rundir.write_train_config(self.out, {
+            "kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
+            "corpus_digest": verify_corpus(self.data),
+            "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None})
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())
         with tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr) as bar:
@@ -394,8 +394,9 @@ class Trainer:
         from pretrain.checkpoint import relative_checkpoint
         if self.tracker is not None:
             self.tracker.close()
-        summary = {"checkpoint": relative_checkpoint(ckpt, self.out), "final_eval": final_eval, "train_wall_s": self.train_wall}
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=1))
+        summary = {"checkpoint": relative_checkpoint(ckpt, self.out), "final_eval": final_eval,
+                   "train_wall_s": self.train_wall}
+        rundir.write_summary(self.out, summary)
         return summary
 
 
@@ -403,13 +404,10 @@ def _resumed_config(args) -> PosttrainConfig:
     """The run's own config with the changes a resume may make (``steps=N`` extends a run);
     a changed method, student, teacher or computation is refused, not silently ignored."""
     out = Path(args.out)
-    try:
-        saved = json.loads((out / "train_config.json").read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{out} has no train_config.json; nothing to resume (drop --resume to start)") from None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot resume {out}: {e}") from None
-    if not isinstance(saved, dict) or saved.get("kind") != "posttrain" or not isinstance(saved.get("config"), dict):
+    saved = rundir.read_train_config(out)
+    if saved is None:
+        raise UsageError(f"{out} has no {rundir.TRAIN_CONFIG}; nothing to resume (drop --resume to start)")
+    if saved.get("kind") != "posttrain":
         raise UsageError(f"{out} is not a post-training run (a pre-training run resumes with `python -m pretrain.train "
                          "--resume`)")
     old = saved["config"]
@@ -427,7 +425,7 @@ def _resumed_config(args) -> PosttrainConfig:
         cfg = make_config(old["method"], old["scale"],
                           **{**{k: v for k, v in old.items() if k not in ("method", "scale")}, **overrides})
     except TypeError as e:
-        raise UsageError(f"corrupt run config {out / 'train_config.json'}: {e}") from None
+        raise UsageError(f"corrupt run config {out / rundir.TRAIN_CONFIG}: {e}") from None
     args.student, args.teacher = saved["student"], saved["teacher"]   # the run's own, always
     args.data = args.data or saved["data"]
     return cfg
@@ -449,11 +447,11 @@ def run(argv=None) -> dict:
         if latest_checkpoint(out) is not None:
             raise UsageError(f"{args.out} already holds checkpoints; pass --resume or choose another --out")
         prepare_output(out, exists_ok=True, what="run folder")
-        if (out / "metrics.jsonl").exists() or (out / "eval").exists():   # a run killed before its first checkpoint
+        if rundir.metrics_path(out).exists() or (out / rundir.EVAL).exists():   # killed before its first checkpoint
             print(f"starting {out} over: it holds no checkpoint, so its logs are replaced", file=sys.stderr)
-            (out / "metrics.jsonl").unlink(missing_ok=True)
+            rundir.metrics_path(out).unlink(missing_ok=True)
             import shutil
-            shutil.rmtree(out / "eval", ignore_errors=True)
+            shutil.rmtree(out / rundir.EVAL, ignore_errors=True)
     trainer = Trainer(cfg, Path(args.student), Path(args.teacher) if args.teacher else None, Path(args.out),
                       Path(args.data) if args.data else None, args.resume)
     summary = trainer.fit()

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pretrain import rundir
 from pretrain.config import UsageError
 from pretrain.tokenizer import save_tokenizer
 
@@ -44,7 +45,7 @@ def step_dir_name(step: int) -> str:
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / rundir.CHECKPOINTS
     if not root.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name))]
@@ -62,17 +63,17 @@ def final_checkpoint(run_dir: str | Path) -> Path | None:
     only its name is trusted, so a moved or copied run is self-contained), else the newest one."""
     run_dir = Path(run_dir)
     try:
-        named = run_dir / "checkpoints" / Path(json.loads((run_dir / "summary.json").read_text())["checkpoint"]).name
+        named = run_dir / rundir.CHECKPOINTS / Path(rundir.read_summary(run_dir)["checkpoint"]).name
         if named.is_dir():
             return named
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         pass
     return latest_checkpoint(run_dir)
 
 
 def relative_checkpoint(ckpt: Path, run_dir: str | Path) -> str:
     """How ``summary.json`` records a checkpoint: ``checkpoints/step_N``, relative to the run."""
-    return f"checkpoints/{Path(ckpt).name}"
+    return f"{rundir.CHECKPOINTS}/{Path(ckpt).name}"
 
 
 # ---------------------------------------------------------------- optimiser state <-> safetensors
@@ -166,7 +167,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model, optimizer, scheduler, to
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                          get_optimizer_state_dict)
 
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / rundir.CHECKPOINTS
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{step_dir_name(step)}"
     if rank == 0:
@@ -268,13 +269,11 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
             raise UsageError(f"run folder {run_dir} does not exist")
         if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
             model_dir, run_dir = run_dir, run_dir.parent.parent
+        saved = rundir.read_train_config(run_dir)
         try:
-            saved = json.loads((run_dir / "train_config.json").read_text())
-            data, digest = Path(saved["data"]), saved.get("corpus_digest")
-        except FileNotFoundError:
-            data = digest = None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise UsageError(f"corrupt run config {run_dir / 'train_config.json'}: {exc}") from None
+            data, digest = (Path(saved["data"]), saved.get("corpus_digest")) if saved else (None, None)
+        except (KeyError, TypeError) as exc:
+            raise UsageError(f"corrupt run config {run_dir / rundir.TRAIN_CONFIG}: {exc}") from None
         if digest and data.is_dir():     # the run's own corpus must be the one it was trained on
             from planning_gym.corpus import verify_corpus
             if verify_corpus(data) != digest:
@@ -283,7 +282,7 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
         ckpt = Path(model_dir) if model_dir is not None else final_checkpoint(run_dir)
         if ckpt is None:
             raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")
-        tok_dirs = [ckpt, run_dir / "tokenizer"]
+        tok_dirs = [ckpt, run_dir / rundir.TOKENIZER]
     else:
         ckpt = Path(model_dir)
         if not ckpt.is_dir():

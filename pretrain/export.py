@@ -25,6 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from pretrain import rundir
 from pretrain.config import UsageError
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -43,9 +44,7 @@ def latest_evaluation(run: Path) -> Path | None:
 
 
 def model_card(run: Path, model, params: int) -> str:
-    config = {}
-    if (run / "train_config.json").is_file():
-        config = json.loads((run / "train_config.json").read_text())
+    config = rundir.read_train_config(run) or {}
     data = config.get("data") or config.get("config", {}).get("data")
     corpus = {}
     if data and (Path(data) / "config.json").is_file():

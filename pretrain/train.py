@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from planning_gym.cli import Parser, UsageError, append_jsonl, entry, fields_help, prepare_output
+from pretrain import rundir
 from pretrain.config import LOSS_ON, PRESETS, PretrainConfig, make_config, parse_set, resolve_scale
 from pretrain.data import check_corpus
 
@@ -69,14 +70,15 @@ def _overrides(args) -> dict:
 
 
 def _read_run_config(run: Path) -> tuple[PretrainConfig, str]:
-    path = run / "train_config.json"
+    saved = rundir.read_train_config(run)
+    if saved is None:
+        raise UsageError(f"{run} has no {rundir.TRAIN_CONFIG}; nothing to resume (drop --resume to start)")
+    if saved.get("kind", "pretrain") != "pretrain":
+        raise UsageError(f"{run} is a {saved['kind']} run; resume it with `python -m {saved['kind']}.train --resume`")
     try:
-        saved = json.loads(path.read_text())
         return PretrainConfig.from_json(saved["config"]), str(saved["data"])
-    except FileNotFoundError:
-        raise UsageError(f"{run} has no train_config.json; nothing to resume (drop --resume to start)") from None
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError, UsageError) as exc:
-        raise UsageError(f"corrupt run config {path}: {exc}") from None
+    except (KeyError, TypeError, UsageError) as exc:
+        raise UsageError(f"corrupt run config {run / rundir.TRAIN_CONFIG}: {exc}") from None
 
 
 def resolve_run(args, notes: list[str]) -> tuple[PretrainConfig, Path, Path | None]:
@@ -279,10 +281,10 @@ def run(args) -> int:
             os.replace(tmp, tok_dir)
         save_split_cache(train_data, data_dir, "pretrain.jsonl", tokenizer, cache_dir)
         save_split_cache(eval_data, data_dir, "test_id.jsonl", tokenizer, cache_dir)
-        (run_dir / "train_config.json").write_text(json.dumps(
-            {"data": str(data_dir), "corpus_digest": verify_corpus(data_dir), "config": cfg.to_json(),
-             "tokenizer_size": len(tokenizer)}, indent=1))
-        metrics_path = run_dir / "metrics.jsonl"
+        rundir.write_train_config(run_dir, {"kind": "pretrain", "data": str(data_dir),
+                                            "corpus_digest": verify_corpus(data_dir), "config": cfg.to_json(),
+                                            "tokenizer_size": len(tokenizer)})
+        metrics_path = rundir.metrics_path(run_dir)
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again
             kept = [r for r in metrics_path.read_text().splitlines()
@@ -328,7 +330,7 @@ def run(args) -> int:
 
     def log(row: dict):
         if ctx.rank == 0:
-            append_jsonl(run_dir / "metrics.jsonl", row)
+            append_jsonl(rundir.metrics_path(run_dir), row)
             tracker.log(row)
 
     def save(at: int):
@@ -393,7 +395,7 @@ def run(args) -> int:
     if ctx.rank == 0:
         summary = {"checkpoint": ck.relative_checkpoint(final, run_dir), "step": step, "scale": cfg.scale,
                    "params": n_params, **last_eval}
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        rundir.write_summary(run_dir, summary)
     ctx.say(f"final eval loss (test_id, {cfg.loss_on} tokens): {last_eval['eval_loss']:.4f} "
             f"[all tokens {last_eval['eval_loss_all']:.4f}, agent tokens {last_eval['eval_loss_agent']:.4f}]")
     ctx.say(f"checkpoint: {final}  (AutoModelForCausalLM / AutoTokenizer .from_pretrained)")

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from analysis.measures import paired_difference
+from pretrain import rundir
 from pretrain.config import UsageError
 
 ARMS = {"self": "opd", "opd": "opd", "grpo": "grpo"}
@@ -67,9 +68,9 @@ def samples(folder: Path) -> list[dict]:
 
 def final_eval_dir(run: Path) -> Path | None:
     """The run's last evaluation folder once the run has finished (``summary.json`` written)."""
-    if not (run / "summary.json").is_file():
+    if not rundir.is_finished(run):
         return None
-    evals = sorted((run / "eval").glob("step_*/samples.jsonl"))
+    evals = sorted((run / rundir.EVAL).glob("step_*/samples.jsonl"))
     return evals[-1].parent if evals else None
 
 

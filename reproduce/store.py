@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planning_gym.config import CorpusConfig
+from planning_gym.cli import UsageError
 from planning_gym.constants import EVAL_K
+from pretrain import rundir
 
 # Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
 # (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
@@ -120,19 +122,20 @@ class Store:
         base = self.corpus_config(domains=family)
         name = cfg.name + (f"-{steps}steps" if steps else "")
         run = self.home / "pretrain" / (name if family == cfg.domains else f"{name}@{'+'.join(family)}")
-        if (run / "summary.json").is_file():
+        if rundir.is_finished(run):
             return run
         with self._exclusive(run):
-            if (run / "summary.json").is_file():     # another process built it meanwhile
+            if rundir.is_finished(run):     # another process built it meanwhile
                 return run
             data = self.corpus(**changes)
             if name != base.name:
                 base_run = self.pretrained(domains=family)
-                if not (run / "tokenizer" / "tokenizer.json").is_file():
-                    shutil.rmtree(run / "tokenizer", ignore_errors=True)
+                if not (run / rundir.TOKENIZER / "tokenizer.json").is_file():
+                    shutil.rmtree(run / rundir.TOKENIZER, ignore_errors=True)
                     run.mkdir(parents=True, exist_ok=True)
-                    shutil.copytree(base_run / "tokenizer", run / "tokenizer")
-            resume = any((run / "checkpoints").glob("step_*")) if (run / "checkpoints").is_dir() else False
+                    shutil.copytree(base_run / rundir.TOKENIZER, run / rundir.TOKENIZER)
+            from pretrain.checkpoint import latest_checkpoint
+            resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
             argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
                     "--set", f"seed={self.seed}"] + (["--set", f"steps={steps}"] if steps else [])
@@ -168,12 +171,12 @@ class Store:
         cfg = self.posttrain_config(method, **overrides)
         with self._exclusive(run):
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
-            changed = _changes(run / "train_config.json", wanted,
+            changed = _changes(run / rundir.TRAIN_CONFIG, wanted,
                                {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
             if changed:      # built under other settings (a budget or default changed since): not this run
                 self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
                 shutil.rmtree(run)
-            elif (run / "summary.json").is_file():
+            elif rundir.is_finished(run):
                 return run
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
@@ -248,7 +251,7 @@ class Store:
     def _eval_dir(self, model: Path, corpus: Path | None) -> Path:
         # a run and its final checkpoint are one model: key the cache by the checkpoint
         from pretrain.checkpoint import final_checkpoint
-        if (model / "summary.json").is_file():
+        if rundir.is_finished(model):
             model = final_checkpoint(model) or model
         return self.home / "eval" / (_slug(model, self.home) + (f"__on__{Path(corpus).name}" if corpus else ""))
 
@@ -264,11 +267,11 @@ class Store:
     def _final_eval(self, run: Path, splits=("ID", "OOD"), difficulties=None) -> dict | None:
         """A post-training run's own final evaluation, when it used this store's protocol."""
         try:
-            cfg = json.loads((run / "train_config.json").read_text())["config"]
-            step = json.loads((run / "summary.json").read_text())["final_eval"]["step"]
-        except (OSError, ValueError, KeyError, TypeError):
+            cfg = rundir.read_train_config(run)["config"]
+            step = rundir.read_summary(run)["final_eval"]["step"]
+        except (KeyError, TypeError, UsageError):
             return None
-        folder = run / "eval" / f"step_{step:06d}"
+        folder = run / rundir.EVAL / f"step_{step:06d}"
         wanted = self._posttrain_budget()
         if cfg.get("eval_k") != wanted["eval_k"] or cfg.get("eval_tasks_per_cell") != wanted["eval_tasks_per_cell"] \
                 or cfg.get("seed") != self.seed \
