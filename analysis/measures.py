@@ -141,22 +141,27 @@ REGIONS = ("unnecessary", "effective", "unsupported")
 
 
 def region_labels(table: pd.DataFrame, high: float = 90.0, margin: float = 2.0, row: str = "quality",
-                  col: str = "horizon", delta: str = "delta", baseline: Optional[str] = "baseline") -> pd.DataFrame:
+                  col: str = "horizon", delta: str = "delta", baseline: Optional[str] = "baseline",
+                  se: Optional[str] = "se") -> pd.DataFrame:
     """Label each (row, col) cell of a long table of Delta-avg@8 values.
 
     Rules, applied in order (values in the table's units; defaults assume percentage points):
     ``unnecessary`` if the pre-post-training ``baseline`` is already >= ``high`` (little headroom);
-    ``effective`` if ``delta >= margin``; ``unsupported`` otherwise. Without a baseline column
-    only the last two apply. Row/column order follows first appearance in ``table``.
+    ``effective`` if ``delta >= margin`` and, where the table has a standard-error column ``se``
+    with a finite value, ``delta > 2 se`` (a gain within noise is not a gain); ``unsupported``
+    otherwise. Without a baseline column only the last two apply. Row/column order follows first
+    appearance in ``table``.
     """
     if table.duplicated([row, col]).any():
         raise ValueError("one value per (row, col) cell expected")
     has_base = baseline is not None and baseline in table.columns
+    has_se = se is not None and se in table.columns
     lab = []
     for _, r in table.iterrows():
+        noise = 2 * r[se] if has_se and np.isfinite(r[se]) else -np.inf
         if has_base and r[baseline] >= high:
             lab.append("unnecessary")
-        elif r[delta] >= margin:
+        elif r[delta] >= margin and r[delta] > noise:
             lab.append("effective")
         else:
             lab.append("unsupported")

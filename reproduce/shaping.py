@@ -79,7 +79,7 @@ def region_map(store: Store) -> Report:
     table = pd.DataFrame(cells)
     maps, deltas, ses = {}, {}, {}          # the figure shows the first table's Δavg ± SE, cell for cell
     for method in ("grpo", "opd"):
-        maps[method.upper()] = region_labels(table, delta=f"{method} avg")
+        maps[method.upper()] = region_labels(table, delta=f"{method} avg", se=f"{method} se")
         for grid, col in ((deltas, "avg"), (ses, "se")):
             grid[method.upper()] = table.pivot(index="quality", columns="horizon", values=f"{method} {col}").reindex(
                 index=list(QUALITIES), columns=list(DIFFS))

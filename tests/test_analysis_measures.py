@@ -109,6 +109,12 @@ def test_region_labels_on_a_hand_table():
     assert counts.loc["OPD"].tolist() == [1, 5, 3] and counts.loc["plain", "unnecessary"] == 0
     with pytest.raises(ValueError):
         M.region_labels(pd.DataFrame(rows + rows[:1]))
+    # with standard errors, a gain within two of them is not effective; a NaN SE (one task) falls back to the margin
+    se = pd.DataFrame(rows).assign(se=[0.1, 2.9, 0.1, 1.0, 1.1, 0.1, float("nan"), 9.0, 0.1])
+    with_se = M.region_labels(se)
+    assert with_se.loc["4opt", "mid"] == "effective"            # 6.0 > 2 x 2.9
+    assert with_se.loc["4opt4sub"].tolist() == ["effective", "unsupported", "unsupported"]   # 2.0 < 2 x 1.1
+    assert with_se.loc["4opt8sub"].tolist() == ["effective", "effective", "unsupported"]     # 18.59 > 18; NaN SE
 
 
 LOGS = {  # wall in seconds; acc NaN = no evaluation at that step
