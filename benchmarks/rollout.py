@@ -24,7 +24,6 @@ on bad input (an unknown loop, vLLM asked for but not installed).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -35,13 +34,9 @@ import torch
 
 from planning_gym.env import PlanningEnv
 from planning_gym.text import AGENT, ENV, parse_action
+from planning_gym.cli import Parser
 from pretrain.config import UsageError, make_config
 from pretrain.tokenizer import decode, encode, special_ids
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 LOOPS = ("engine/lean", "engine/hf", "generate/batched", "generate/one", "engine/vllm")
@@ -257,7 +252,7 @@ def markdown(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m benchmarks.rollout", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m benchmarks.rollout", description=__doc__.split("\n\n")[0])
     p.add_argument("--scales", nargs="+", default=["tiny", "small"], choices=["tiny", "small", "paper"])
     p.add_argument("--run", help="benchmark this run's trained checkpoint instead of random presets")
     p.add_argument("--data", help="corpus folder (default: a fresh tiny fa corpus, or the run's)")

@@ -19,22 +19,17 @@ Exit status 2 with one ``error:`` line on bad input.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
 import torch
 
+from planning_gym.cli import Parser
 from posttrain import losses
 from posttrain.train import micro_batches
 from pretrain.config import UsageError, make_config
 from pretrain.model import build_model
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def update_seconds(student, teacher, ids, attn, groups, topk: int = 50) -> float:
@@ -54,7 +49,7 @@ def update_seconds(student, teacher, ids, attn, groups, topk: int = 50) -> float
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m benchmarks.update", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m benchmarks.update", description=__doc__.split("\n")[0])
     p.add_argument("--scale", default="small", choices=["tiny", "small", "paper"])
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--min-len", type=int, default=600)

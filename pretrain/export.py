@@ -19,22 +19,17 @@ Exit status 2 with one ``error:`` line on bad input.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
 
+from planning_gym.cli import Parser
 from pretrain import rundir
 from pretrain.config import UsageError
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "chat_template.jinja", "README.md")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def latest_evaluation(run: Path) -> Path | None:
@@ -105,7 +100,7 @@ def export(run: Path, out: Path, force: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m pretrain.export", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m pretrain.export", description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="a pre-training or post-training run folder")
     p.add_argument("--out", required=True, help="the folder to write")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out")

@@ -22,7 +22,6 @@ Writes ``OUT/sweep.md`` and ``OUT/sweep.json``.  Exit status 2 with one ``error:
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import shutil
@@ -30,16 +29,12 @@ import sys
 from pathlib import Path
 
 from analysis.measures import paired_difference
+from planning_gym.cli import Parser
 from pretrain import rundir
 from pretrain.config import UsageError
 
 ARMS = {"self": "opd", "opd": "opd", "grpo": "grpo"}
 SPLITS = ("ID", "OOD")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
 
 
 def floats(text: str, name: str) -> list[float]:
@@ -149,7 +144,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m reproduce.budget_sweep", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m reproduce.budget_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--student", required=True)
     p.add_argument("--teacher", help="a stronger teacher (needed by the opd arm)")
     p.add_argument("--out", required=True)
