@@ -383,3 +383,22 @@ def test_paired_gain_and_its_standard_error_decide_whether_the_gain_grows():
     assert gain_verdict([10.0, 5.0, 40.0], [1.0, 1.0, 1.0]).endswith("does not grow with the horizon — agreement "
                                                                          "in sign only.")
     assert gain_verdict([-1.0, 5.0, 40.0], [1.0, 1.0, 1.0]).endswith("— not the paper's result.")
+
+
+def test_two_processes_sharing_one_store_build_a_corpus_once(tmp_path):
+    """What spreading a reproduction over machines relies on: the store's lock files, seen by two
+    processes on one filesystem (here one machine), let exactly one build an artifact; the other
+    waits, then reuses it."""
+    import subprocess
+    import sys
+    script = ("import sys; from pathlib import Path; from reproduce.store import Store;"
+              "s = Store('tiny', Path(sys.argv[1]) / 'runs', Path(sys.argv[1]) / 'data', log=print);"
+              "print('DONE', s.corpus(n_pretrain_per_bin=40, n_posttrain_per_bin=2, n_test_per_bin=1))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=Path(__file__).parents[1],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    logs = "".join(out for out, _ in outs)
+    assert logs.count("[reproduce] corpus") == 1                     # built by one process only
+    done = {line.split()[1] for line in logs.splitlines() if line.startswith("DONE")}
+    assert len(done) == 1 and len(logs.split("DONE")) == 3            # both got the same folder
