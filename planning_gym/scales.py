@@ -62,6 +62,22 @@ POSTTRAIN = {
 # Test tasks per (split, domain, difficulty) cell when `make pretrain` evaluates its model (0: all).
 EVAL_TASKS_PER_CELL = {"tiny": 4, "small": 16, "paper": 0}
 
+# The reproductions (`make reproduce`, reproduce.store): tasks per evaluation cell (K=8 samples at
+# T=0.4, step limit 20 always), the pre-training step whose checkpoint is the post-training
+# student, and the post-training budget (PosttrainConfig overrides on top of POSTTRAIN).
+REPRODUCE = {
+    # tiny is a smoke test of every code path, so one task per cell (x 8 samples): most of
+    # `reproduce-all`'s cost is evaluating weak models whose episodes run to the step limit.
+    "tiny": dict(eval_tasks_per_cell=1, student_step=200,
+                 posttrain=dict(steps=6, tasks_per_step=2, group_size=4, lr=1e-4, eval_every=3)),
+    # small on a 2-core CPU: 16 tasks per cell, so a paired difference over a cell's tasks has a
+    # standard error a verdict can use. The post-training budget is the old one (lr 3e-4 lowered
+    # avg@8 in every Fig. 7 cell); reproduce.budget_sweep measures its replacement.
+    "small": dict(eval_tasks_per_cell=16, student_step=400,
+                  posttrain=dict(steps=8, tasks_per_step=2, group_size=4, lr=3e-4, eval_every=4)),
+    "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
+}
+
 
 def check_scale(scale: str) -> str:
     if scale not in SCALES:

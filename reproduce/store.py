@@ -35,21 +35,10 @@ from pathlib import Path
 from planning_gym.config import CorpusConfig
 from planning_gym.cli import UsageError
 from planning_gym.constants import EVAL_K
+from planning_gym.scales import REPRODUCE
 from pretrain import rundir
 
-# Evaluation and post-training budgets per scale. Evaluation always follows the paper's protocol
-# (K=8 samples at temperature 0.4, step limit 20); only the number of tasks per cell shrinks on CPU.
-BUDGETS: dict[str, dict] = {
-    # tiny is a smoke test of every code path, so one task per cell (x 8 samples): most of
-    # `reproduce-all`'s cost is evaluating weak models whose episodes run to the step limit.
-    "tiny": dict(eval_tasks_per_cell=1, student_step=200,
-                 posttrain=dict(steps=6, tasks_per_step=2, group_size=4, lr=1e-4, eval_every=3)),
-    # small on a 2-core CPU: an OPD step on 8 episodes of ~2 000 tokens costs about a minute
-    # (world-model turns make long sequences), so runs are short and take a larger learning rate.
-    "small": dict(eval_tasks_per_cell=4, student_step=400,
-                  posttrain=dict(steps=8, tasks_per_step=2, group_size=4, lr=3e-4, eval_every=4)),
-    "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
-}
+BUDGETS = REPRODUCE     # the reproductions' budgets per scale live with every other preset (planning_gym.scales)
 
 
 class ReproductionError(RuntimeError):
