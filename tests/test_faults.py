@@ -352,3 +352,13 @@ def test_a_full_disk_is_one_error_line(world, tmp_path, monkeypatch, capsys):   
     code = main(["--run", str(run), "--out", str(tmp_path / "e"), "--k", "1", "--max-tasks-per-cell", "1",
                  "--splits", "ID", "--quiet"])
     one_error_line(capsys, code, "No space left on device")
+
+
+def test_a_stale_tokenizer_larger_than_vocab_size_is_refused(world, tmp_path, capsys):   # [16]
+    from pretrain.train import main
+    root, corpus, run = world
+    out = tmp_path / "rerun"
+    shutil.copytree(run / "tokenizer", out / "tokenizer")          # left by a killed start with a larger vocab
+    one_error_line(capsys, main(["--data", str(corpus), "--out", str(out), "--scale", "tiny", "--vocab-size", "260"]),
+                   "more than vocab_size 260")
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer"]
