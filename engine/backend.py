@@ -323,7 +323,30 @@ class HFPolicy:
         slots = torch.tensor([self.rows[r].slot for r in active], device=self.device)
         return active, logits.index_select(0, slots)
 
+    max_positions: int | None = None     # set by a backend whose positions are a fixed table (lean)
+
+    def prefill_groups(self, rows: list[int]) -> list[list[int]]:
+        """Rows prefilled together share one padded width, so a row far into its episode plus
+        another row's long chunk can reach past ``max_positions`` although neither row does: split
+        such a batch (rows by fill level, greedily) so that each group's largest offset plus its
+        width fits. Without a position limit, one group."""
+        if self.max_positions is None:
+            return [rows]
+        groups: list[list[int]] = []
+        for r in sorted(rows, key=lambda r: -self.rows[r].filled):
+            need = len(self.rows[r].pending)
+            if groups and self.rows[groups[-1][0]].filled + max(need, *(len(self.rows[g].pending)
+                                                                     for g in groups[-1])) <= self.max_positions:
+                groups[-1].append(r)
+            else:
+                groups.append([r])
+        return groups
+
     def _prefill(self, rows: list[int]):
+        groups = self.prefill_groups(rows)
+        if len(groups) > 1:
+            parts = [self._prefill(g) for g in groups]
+            return [r for done, _ in parts for r in done], torch.cat([logits for _, logits in parts])
         width = max(len(self.rows[r].pending) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         for i, r in enumerate(rows):

@@ -188,7 +188,7 @@ class LeanPolicy(HFPolicy):
 
     def __init__(self, model, pad_id: int = 0, prefill_fraction: float = 0.125):
         check_supported(model)
-        self._max_positions = model.config.get_text_config().max_position_embeddings
+        self._max_positions = self.max_positions = model.config.get_text_config().max_position_embeddings
         super().__init__(model, pad_id, prefill_fraction)
 
     cache_class = _LeanCache

@@ -137,3 +137,25 @@ def test_bench_rollout_side_by_side(assets, tmp_path, capsys):
     assert "| tiny |" in capsys.readouterr().out
     assert bench(["--loops", "engine/fast"]) == 2
     assert "error: unknown loop" in capsys.readouterr().err
+
+
+def test_a_padded_prefill_never_reaches_past_the_position_table(assets):
+    """Rows prefilled together are padded to the widest chunk: a row deep into its episode beside a
+    newly joined row's long first observation once asked the lean path for more positions than the
+    model has (the small evaluation crashed at 4118 > 4096). Such a batch is split; nothing else changes."""
+    model = copy.deepcopy(assets["model"])
+    limit = 150
+    model.config.max_position_embeddings = limit
+    policy = make_policy(model, "lean", assets["special"].pad)
+    assert policy.max_positions == limit
+    ro = rollout(policy, assets["tokenizer"], assets["tasks"] * 2,
+                 RolloutConfig(max_turn_tokens=12, step_limit=6, batch_size=3, max_total_tokens=limit), seed=0)
+    assert max(len(e.ids) for e in ro.episodes) <= limit
+    assert any(e.stop_reason == "max_total_tokens" for e in ro.episodes)       # the budget was reached
+    assert max_logprob_gap(assets["model"], ro, assets["special"].pad) < TOL
+    # the split itself: one row at 140 with 2 pending, one at 10 with 20 pending -> two groups at limit 150
+    policy.rows = {0: type("Row", (), {"filled": 140, "pending": [1, 2]})(),
+                   1: type("Row", (), {"filled": 10, "pending": list(range(20))})()}
+    assert policy.prefill_groups([0, 1]) == [[0], [1]]
+    policy.max_positions = None
+    assert policy.prefill_groups([0, 1]) == [[0, 1]]
