@@ -284,9 +284,10 @@ class HFPolicy:
         return self.cache.shape
 
     # ----- model ---------------------------------------------------------------------------------
-    def _run(self, ids, pos, rows, offset, width: int, keep) -> torch.Tensor:
+    def _run(self, ids, pos, rows, offset, width: int, keep, live=None) -> torch.Tensor:
         """Feed ``ids [n, W]`` at ``pos`` into buffer ``rows`` (None: all) from slot ``offset``;
-        logits ``[n, 1, V]`` of the last position (``keep=1``) or of ``keep [n, 1]`` per row."""
+        logits ``[n, 1, V]`` of the last position (``keep=1``) or of ``keep [n, 1]`` per row.
+        ``live``: the fed rows whose logits will be read (None: all); a backend may skip the others."""
         if not isinstance(keep, int) and not _PER_ROW_KEEP:
             # older transformers: project every position, then pick each row's own one
             logits = self._run(ids, pos, rows, offset, width, 0)
@@ -315,13 +316,13 @@ class HFPolicy:
                 ids[row.slot] = row.pending[0]
                 active.append(r)
         offset = offset.to(self.device)
-        logits = self._run(ids[:, None].to(self.device), offset[:, None], None, offset, 1, 1)[:, -1]
+        live = [self.rows[r].slot for r in active]
+        logits = self._run(ids[:, None].to(self.device), offset[:, None], None, offset, 1, 1, live)[:, -1]
         for r in active:
             self.rows[r].filled += 1
             self.rows[r].pending = []
         self.forwards["decode"] += 1
-        slots = torch.tensor([self.rows[r].slot for r in active], device=self.device)
-        return active, logits.index_select(0, slots)
+        return active, logits.index_select(0, torch.tensor(live, dtype=torch.long, device=self.device))
 
     max_positions: int | None = None     # set by a backend whose positions are a fixed table (lean)
 
