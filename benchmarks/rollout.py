@@ -18,7 +18,9 @@ Reported per loop: generated tokens/s, episodes/s, the ratio to batched ``genera
 the engine the achieved model FLOP/s as a share of the fp32 matmul peak measured in the same
 process (weights: 2 FLOPs per non-embedding parameter plus the LM head per processed token;
 attention: 4 x heads x head_dim x position per layer per token), with the weights-only share
-beside it. Random weights rarely close a turn, so most turns run to ``--max-turn-tokens``: a
+beside it; and the bytes a decode step must read (every weight, plus each sampled token's
+keys/values over all its earlier positions) as a share of the read bandwidth measured in the
+same process: at these sizes decode is bound by that memory roof, not by the matmul peak. Random weights rarely close a turn, so most turns run to ``--max-turn-tokens``: a
 fixed, comparable amount of generation for every loop. Exit status 2 with one ``error:`` line
 on bad input (an unknown loop, vLLM asked for but not installed).
 """
@@ -123,6 +125,34 @@ def generate_batched(model, tokenizer, tasks, cfg, seed: int) -> tuple[float, in
     return time.perf_counter() - start, generated
 
 
+def read_bandwidth(device: torch.device, mbytes: int = 400, seconds: float = 0.5) -> float:
+    """Measured bytes/s of summing a large fp32 tensor (one pass over memory) on ``device``."""
+    x = torch.ones(mbytes * 2**20 // 4, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    x.sum()
+    sync()
+    reps, start = 0, time.perf_counter()
+    while True:
+        x.sum()
+        reps += 1
+        sync()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and reps >= 2:
+            return x.numel() * 4 * reps / elapsed
+
+
+def decode_bytes(model, ro, decode_steps: int) -> float:
+    """Bytes the engine's decode must read at least: all weights once per decode step, and for each
+    sampled token the keys and values of every earlier position (prefill reads are not counted)."""
+    cfg = model.config.get_text_config()
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    param = next(model.parameters())
+    slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * param.element_size()
+    weights = sum(p.numel() for p in model.parameters()) * param.element_size()
+    positions = sum(t for e in ro.episodes for t, m in enumerate(e.mask) if m)
+    return decode_steps * weights + positions * slot
+
+
 def model_flops(model, ro) -> tuple[float, float]:
     """(all, weights-only) forward FLOPs of the engine's rollout ``ro``: every token of every
     episode is processed once (prompt and observations by prefill, sampled tokens by decode)."""
@@ -157,7 +187,7 @@ def _data_dir(args, tmp: str) -> Path:
     return Path(tmp) / "fa-tiny"
 
 
-def bench_model(name, model, tokenizer, tasks, cfg, args, peak: float) -> list[dict]:
+def bench_model(name, model, tokenizer, tasks, cfg, args, peak: float, bandwidth: float) -> list[dict]:
     from engine.backend import make_policy
     from engine.rollout import rollout
     from pretrain.model import count_params
@@ -170,7 +200,9 @@ def bench_model(name, model, tokenizer, tasks, cfg, args, peak: float) -> list[d
                "tokens": tokens, "tokens_per_s": tokens / seconds, "episodes_per_s": episodes / seconds, **extra}
         rows.append(row)
         share = (f" | {row['flops_per_s'] / 1e9:.1f} GFLOP/s = {100 * row['peak_share']:.1f}% of peak "
-                 f"(weights only {100 * row['peak_share_weights']:.1f}%)" if "flops_per_s" in row else "")
+                 f"(weights only {100 * row['peak_share_weights']:.1f}%), decode reads "
+                 f"{row['read_bytes_per_s'] / 1e9:.1f} GB/s = {100 * row['bandwidth_share']:.0f}% of the measured "
+                 f"bandwidth" if "flops_per_s" in row else "")
         print(f"  {name:>5} {loop:<17} {row['tokens_per_s']:8.0f} tok/s {row['episodes_per_s']:7.3f} ep/s "
               f"({episodes} episodes, {seconds:.1f} s){share}", flush=True)
 
@@ -181,10 +213,14 @@ def bench_model(name, model, tokenizer, tasks, cfg, args, peak: float) -> list[d
             policy = make_policy(model, backend, special.pad, max_num_seqs=cfg.batch_size)
             load_s = time.perf_counter() - t0
             rollout(policy, tokenizer, tasks[:2], cfg, seed=args.seed)              # warm-up
+            steps_before = dict(getattr(policy, "forwards", {}))
             ro = rollout(policy, tokenizer, tasks, cfg, seed=args.seed)
             flops, weights = model_flops(model, ro)
+            steps = getattr(policy, "forwards", {}).get("decode", 0) - steps_before.get("decode", 0)
+            read = decode_bytes(model, ro, steps) / ro.seconds
             record(loop, ro.seconds, ro.generated_tokens, len(tasks), load_s=load_s, flops_per_s=flops / ro.seconds,
                    peak_share=flops / ro.seconds / peak, peak_share_weights=weights / ro.seconds / peak,
+                   read_bytes_per_s=read, bandwidth_share=read / bandwidth,
                    mean_episode_tokens=sum(len(e.ids) for e in ro.episodes) / len(tasks))
         elif loop == "generate/batched":
             seconds, tokens = generate_batched(model, tokenizer, tasks, cfg, args.seed)
@@ -213,7 +249,9 @@ def run(args) -> list[dict]:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     peak = matmul_peak_flops(device)
-    print(f"matmul peak on {device.type} with {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s", flush=True)
+    bandwidth = read_bandwidth(device)
+    print(f"matmul peak on {device.type} with {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s; "
+          f"read bandwidth {bandwidth / 1e9:.1f} GB/s", flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.run:
@@ -232,8 +270,9 @@ def run(args) -> list[dict]:
             cfg = RolloutConfig(temperature=args.temperature, top_p=args.top_p, max_turn_tokens=args.max_turn_tokens,
                                 step_limit=args.step_limit, max_total_tokens=args.max_total_tokens,
                                 batch_size=args.batch_size)
-            for row in bench_model(name, model, tokenizer, _tasks(data_dir, n), cfg, args, peak):
-                results.append({**row, "device": device.type, "threads": args.threads, "peak_flops": peak})
+            for row in bench_model(name, model, tokenizer, _tasks(data_dir, n), cfg, args, peak, bandwidth):
+                results.append({**row, "device": device.type, "threads": args.threads, "peak_flops": peak,
+                                "read_bandwidth": bandwidth})
             del model
     print()
     print(markdown(results))
@@ -241,13 +280,14 @@ def run(args) -> list[dict]:
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| model | params | loop | tok/s | episodes/s | vs batched generate | share of matmul peak (weights only) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| model | params | loop | tok/s | episodes/s | vs batched generate | share of matmul peak (weights only) "
+             "| share of read bandwidth |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         ratio = f"{r['vs_batched_generate']:.2f}x" if r.get("vs_batched_generate") else "-"
         share = (f"{100 * r['peak_share']:.1f}% ({100 * r['peak_share_weights']:.1f}%)" if "peak_share" in r else "-")
+        band = f"{100 * r['bandwidth_share']:.0f}%" if "bandwidth_share" in r else "-"
         lines.append(f"| {r['model']} | {r['params'] / 1e6:.2f}M | {r['loop']} | {r['tokens_per_s']:.0f} | "
-                     f"{r['episodes_per_s']:.3f} | {ratio} | {share} |")
+                     f"{r['episodes_per_s']:.3f} | {ratio} | {share} | {band} |")
     return "\n".join(lines)
 
 

@@ -141,6 +141,7 @@ def test_bench_rollout_side_by_side(assets, tmp_path, capsys):
     assert rows["generate/batched"]["vs_batched_generate"] == 1.0
     assert rows["engine/lean"]["episodes"] == 3 and rows["generate/one"]["episodes"] == 1
     assert 0 < rows["engine/lean"]["peak_share_weights"] < rows["engine/lean"]["peak_share"] < 1
+    assert rows["engine/lean"]["read_bytes_per_s"] > 0 and rows["engine/lean"]["read_bandwidth"] > 0
     assert "| tiny |" in capsys.readouterr().out
     assert bench(["--loops", "engine/fast"]) == 2
     assert "error: unknown loop" in capsys.readouterr().err
