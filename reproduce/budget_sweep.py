@@ -69,14 +69,18 @@ def final_eval_dir(run: Path) -> Path | None:
     return evals[-1].parent if evals else None
 
 
-def base_evaluation(student: Path, out: Path, cfg) -> Path:
-    """The student's evaluation with exactly the settings a post-training run's evaluation uses."""
+def base_evaluation(model_run: Path, out: Path, cfg, name: str = "base", tasks_of: Path | None = None) -> Path:
+    """A model's evaluation with exactly the settings a post-training run's evaluation uses: the
+    student's (``base/``, what every arm is paired against) and the teacher's (``teacher/``, the
+    ceiling OPD is distilling towards: a gain is only possible where the teacher is ahead)."""
     from engine.evaluate import evaluate, load_model_and_tokenizer
 
-    folder = out / "base"
+    folder = out / name
     if (folder / "samples.jsonl").is_file():
         return folder
-    model, tokenizer, data = load_model_and_tokenizer(student)
+    model, tokenizer, data = load_model_and_tokenizer(model_run)
+    if tasks_of is not None:                 # the teacher plays the student's tasks
+        data = load_model_and_tokenizer(tasks_of)[2]
     evaluate(model, tokenizer, data, k=cfg.eval_k, max_tasks_per_cell=cfg.eval_tasks_per_cell, seed=cfg.seed,
              step_limit=cfg.step_limit, max_turn_tokens=cfg.max_turn_tokens, splits=cfg.eval_split_list,
              difficulties=cfg.eval_difficulty_list, out_dir=folder, backend=cfg.backend)
@@ -128,8 +132,22 @@ def verdict(arm: str, delta: float, se: float) -> str:
     if se != se:        # NaN: a single task
         return "cannot tell"
     if arm == "self":
-        return "no harm" if abs(delta) < 2 * se else ("harms" if delta < 0 else "moves")
+        return "no harm" if abs(delta) <= 2 * se else ("harms" if delta < 0 else "moves")
     return "gains" if delta > 2 * se else ("harms" if delta < -2 * se else "cannot tell")
+
+
+def reference_rows(out: Path) -> list[dict]:
+    """The teacher minus the student on the same tasks: how much an OPD arm could gain at most."""
+    base, teacher = out / "base", out / "teacher"
+    if not ((base / "samples.jsonl").is_file() and (teacher / "samples.jsonl").is_file()):
+        return []
+    before, after = samples(base), samples(teacher)
+    row = {"arm": "teacher (reference)"}
+    for split in SPLITS:
+        if any(s["split"] == split for s in before):
+            mean, se, n = paired_difference(after, before, split)
+            row[split] = {"delta": mean, "se": se, "tasks": n}
+    return [row]
 
 
 def markdown(rows: list[dict]) -> str:
@@ -137,8 +155,10 @@ def markdown(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [f"{r[s]['delta']:+.1f} ± {r[s]['se']:.1f}" if s in r else "-" for s in SPLITS]
-        idv = verdict(r["arm"], r["ID"]["delta"], r["ID"]["se"]) if "ID" in r else "-"
-        lines.append(f"| {r['arm']} | {r['lr']:g} | {r['steps']} | {r['kl_coef']:g} | {r['entropy_coef']:g} | "
+        idv = verdict(r["arm"], r["ID"]["delta"], r["ID"]["se"]) if "ID" in r and "lr" in r else "-"
+        budget = (f"{r['lr']:g} | {r['steps']} | {r['kl_coef']:g} | {r['entropy_coef']:g}" if "lr" in r
+                  else "- | - | - | -")
+        lines.append(f"| {r['arm']} | {budget} | "
                      f"{cells[0]} | {cells[1]} | {r.get('ID', {}).get('tasks', '-')} | {idv} |")
     return "\n".join(lines) + "\n"
 
@@ -178,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
             cfg = make_config("opd", args.scale, **parse_overrides(args.set))
             out.mkdir(parents=True, exist_ok=True)
             base_evaluation(args.student, out, cfg)
+            if args.teacher and "opd" in args.arms:
+                base_evaluation(Path(args.teacher), out, cfg, name="teacher", tasks_of=args.student)
             for arm, point in itertools.product(args.arms, points):
                 train_arm(arm, point, args, out)
-                rows = report(args, out, points)
+                rows = reference_rows(out) + report(args, out, points)
                 (out / "sweep.json").write_text(json.dumps(rows, indent=1))
                 (out / "sweep.md").write_text(markdown(rows))
-        rows = report(args, out, points)
+        rows = reference_rows(out) + report(args, out, points)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -319,6 +319,15 @@ def test_mopd_regimes_differ_in_sharing_only_never_in_quality():
     assert "T1" in withheld["fa"] & withheld["lf"] and "T1" not in withheld["ea"]
 
 
+def test_budget_sweep_verdicts_use_two_standard_errors():
+    from reproduce.budget_sweep import verdict
+
+    assert verdict("self", 0.0, 0.0) == "no harm"           # bit-identical evaluations
+    assert verdict("self", 1.0, 0.6) == "no harm" and verdict("self", -2.0, 0.6) == "harms"
+    assert verdict("opd", 3.1, 1.5) == "gains" and verdict("grpo", 2.9, 1.5) == "cannot tell"
+    assert verdict("grpo", -3.1, 1.5) == "harms" and verdict("opd", 1.0, float("nan")) == "cannot tell"
+
+
 def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b, capsys):
     """Every arm x grid point is a run against one base evaluation; a second call trains nothing
     (each run is finished) and the table holds a paired delta per arm; self-distillation is 0."""
@@ -332,13 +341,15 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
             "--steps", "1", "--lrs", "1e-3", *sets(*[s for s in FAST if not s.startswith("steps")])]
     assert sweep(argv) == 0
     rows = json.loads((out / "sweep.json").read_text())
-    assert [r["arm"] for r in rows] == ["self", "opd", "grpo"]
+    assert [r["arm"] for r in rows] == ["teacher (reference)", "self", "opd", "grpo"]
     assert all(r["ID"]["tasks"] >= 3 for r in rows)
-    self_row = rows[0]
+    self_row = rows[1]
     assert self_row["ID"]["delta"] == 0 and self_row["OOD"]["delta"] == 0        # a no-op, to the bit
     stamp = (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime
     assert sweep(argv) == 0
     assert (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime == stamp
-    assert "| self | 0.001 | 1 |" in (out / "sweep.md").read_text()
+    table = (out / "sweep.md").read_text()
+    assert "| self | 0.001 | 1 |" in table and "| no harm |" in table
+    assert "| teacher (reference) | - | - | - | - |" in table
     assert sweep(["--student", str(run), "--out", str(out), "--arms", "opd"]) == 2
     assert "needs --teacher" in capsys.readouterr().err

@@ -1,0 +1,245 @@
+"""GPU-hours of `make reproduce-all SCALE=...`, per table, before anyone books a GPU.
+
+    python -m reproduce.estimate [--scale paper] [--gpu-flops 989e12] [--mfu 0.35]
+                                 [--rollout-mfu 0.05] [--rollout-tok-s N] [--episode-tokens N] [--json PATH]
+
+Why this exists: the paper-scale path (issue 21) must say what it costs before it is run.  No
+GPU throughput has been measured in this project yet, so every rate below is an assumption,
+printed as one; `scripts/gpu_check.sh`'s measured numbers should replace them (--mfu,
+--rollout-tok-s).  The store has no dry-run, so `plan` walks each table in `reproduce.cli`'s
+order, asking the same store for the same artifacts as the table functions in `reproduce/`
+(pretraining.py, shaping.py, merge.py, turnopd.py) with their own constants; an artifact counts
+once, against the first table that builds it (its marginal cost in `reproduce all`).  Budgets
+come from the real configs: `pretrain.config.make_config(scale)`, `Store.posttrain_config`,
+`Store.budget` (planning_gym.scales), FLOPs from `pretrain.model`.  Per seed; --seeds N costs N x.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from planning_gym.cli import Parser, UsageError, entry
+from planning_gym.constants import DIFFICULTIES, EVAL_K, TURNOPD_TOPK
+from planning_gym.scales import CORPUS, check_scale
+
+H100_BF16_DENSE = 989e12        # FLOP/s, the H100 SXM data sheet's dense bf16 peak
+EQUAL_TRAJECTORY_FRACTION = 0.5  # fig3-4's equal-trajectory arm: a world-model trajectory is ~2x a direct one
+COLUMNS = ("pretrain_gpu_h", "posttrain_gpu_h", "eval_gpu_h")
+
+
+class Plan:
+    """Artifacts of one scale, each costed once (FLOPs split into training and rollout work)."""
+
+    def __init__(self, scale: str, episode_tokens: int | None):
+        from pretrain.config import make_config
+        from pretrain.model import analytic_params
+        from reproduce.store import Store
+        self.store, self.scale = Store(scale), scale
+        self.pre_cfg = make_config(scale)
+        self.n = analytic_params(self.pre_cfg)       # vocab = the BPE target size (the trained one is close)
+        probe = self.store.posttrain_config("opd")
+        self.episode_tokens = episode_tokens or probe.step_limit * probe.max_turn_tokens   # upper bound
+        self.rows: dict[str, dict] = {}
+        self.seen: set[str] = set()
+        self.table = ""
+
+    def _new(self, key: str) -> bool:
+        new = key not in self.seen
+        self.seen.add(key)
+        return new
+
+    def _row(self) -> dict:
+        return self.rows.setdefault(self.table, dict(pretrain=0, posttrain=0, evals=0, train_flops=0.0,
+                                                     post_update_flops=0.0, post_rollout_flops=0.0, eval_flops=0.0))
+
+    def _eval_episodes(self, domains: int, splits: int = 2, bins: int = len(DIFFICULTIES), per_cell: int = 0) -> int:
+        tasks = min(per_cell or self.store.budget["eval_tasks_per_cell"] or 10**9, CORPUS[self.scale]["test"])
+        return domains * splits * bins * tasks * EVAL_K
+
+    def pretrained(self, family: tuple | None = None, steps: int | None = None, **changes) -> str:
+        cfg = self.store.corpus_config(**changes)
+        family = tuple(family or cfg.domains)
+        name = cfg.name + (f"-{steps}steps" if steps else "")
+        key = name if family == cfg.domains else f"{name}@{'+'.join(family)}"
+        if name != self.store.corpus_config(domains=family).name:
+            self.pretrained(domains=family)                 # the family base trains the tokenizer first
+        if self._new("pretrain " + key):
+            from pretrain.config import make_config
+            from pretrain.model import train_flops_per_token
+            c = make_config(self.scale, steps=steps)
+            row = self._row()
+            row["pretrain"] += 1
+            row["train_flops"] += train_flops_per_token(c, self.n) * c.steps * c.batch_size * c.block_size
+        return key
+
+    def evaluation(self, model: str, corpus: str = "", domains: int = 1) -> None:
+        if self._new(f"eval {model} {corpus}"):
+            row = self._row()
+            row["evals"] += 1
+            row["eval_flops"] += 2.0 * self.n * self.episode_tokens * self._eval_episodes(domains)
+
+    def posttrained(self, name: str, method: str, domains: int = 1, **overrides) -> str:
+        if self._new("posttrain " + name):
+            cfg = self.store.posttrain_config(method, **overrides)
+            tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
+            teacher = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
+            evals = int(bool(cfg.eval_every and cfg.eval_at_start)) + 1 + \
+                (len(range(cfg.eval_every, cfg.steps, cfg.eval_every)) if cfg.eval_every else 0)
+            splits = len(cfg.eval_splits.split(","))
+            bins = len(cfg.eval_difficulties.split(",")) if cfg.eval_difficulties else len(DIFFICULTIES)
+            row = self._row()
+            row["posttrain"] += 1
+            row["post_rollout_flops"] += 2.0 * self.n * tokens
+            row["post_update_flops"] += (6.0 * cfg.ppo_epochs + teacher) * self.n * tokens
+            row["eval_flops"] += evals * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
+                domains, splits, bins, cfg.eval_tasks_per_cell)
+        return name
+
+
+def plan(scale: str, episode_tokens: int | None = None) -> Plan:
+    """Every artifact of `reproduce all` at ``scale``, table by table (mirrors reproduce/*.py)."""
+    from posttrain.teachers import REGIMES
+    from reproduce import merge, pretraining, shaping, turnopd
+    from reproduce.cli import REPRODUCTIONS
+    p = Plan(scale, episode_tokens)
+    steps = p.pre_cfg.steps
+    for p.table in REPRODUCTIONS:
+        t = p.table
+        if t == "fig3-4":
+            arms = [p.pretrained(), p.pretrained(cot_format="direct")]
+            eq = max(1, round(steps * EQUAL_TRAJECTORY_FRACTION))
+            for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None)]:
+                p.evaluation(run)
+            for run in arms:
+                for s in pretraining.SCALING_STEPS[scale]:
+                    p.evaluation(run if s == steps else f"{run}@{s}")
+        elif t in ("table1", "fig6"):
+            for change in ([dict(horizon_mix=m) for m in pretraining.MIXES] if t == "table1"
+                           else [dict(patterns=q) for q in pretraining.QUALITIES]):
+                p.evaluation(p.pretrained(**change))
+        elif t == "fig7":
+            p.pretrained()
+            for q in shaping.QUALITIES:
+                p.evaluation(p.pretrained(patterns=q))
+                for d in shaping.DIFFS:
+                    for m in ("grpo", "opd"):
+                        p.posttrained(f"fig7-{m}-{q}-{d}", m, difficulties=d, eval_every=0, eval_splits="ID",
+                                      eval_difficulties=d)
+        elif t == "fig9-10":
+            p.pretrained(patterns="4opt4sub"), p.pretrained()
+            for m in ("grpo", "opd"):
+                p.posttrained(f"fig9-{m}-4opt4sub-long", m, difficulties="long", eval_every=0, ckpt_every=1,
+                              keep_checkpoints=0)
+        elif t == "table4":
+            a, b = p.pretrained(), p.pretrained(recipe="B")
+            for arm in ("matched", "crossed"):
+                p.posttrained(f"table4-opd-{arm}", "opd", topk=shaping.PHYSICS_OPD_TOPK, eval_at_start=False,
+                              eval_every=0)
+            for model, corpus in ((f"{a}@student", ""), (a, ""), (b, ""), (b, a)):
+                p.evaluation(model, corpus)
+        elif t in ("mopd", "fig22"):
+            n = len(merge.CASCADE)
+            for regime in (REGIMES if t == "mopd" else ("shared_compatible",)):
+                student = p.pretrained(domains=merge.CASCADE, patterns=merge.STUDENT_PATTERNS)
+                p.evaluation(student, domains=n)
+                for d in merge.CASCADE:
+                    teacher = p.pretrained(family=merge.CASCADE, domains=(d,), patterns=REGIMES[regime][d])
+                    p.evaluation(teacher, student, domains=n)
+                    p.evaluation(teacher)
+                    p.posttrained(f"mopd-{regime}/{d}", "opd", domains=n, eval_every=0)   # one stage
+        elif t in ("turnopd", "turnopd-ablation"):
+            base = p.pretrained()
+            p.evaluation(f"{base}@student")
+            arms = turnopd.METHODS.values() if t == "turnopd" else ("opd", "turnopd")
+            for m in arms:
+                p.posttrained(f"turnopd-main-{m}", m, topk=TURNOPD_TOPK, eval_at_start=False,
+                              **(turnopd.tcod_overrides(p.store) if m == "tcod" else {}))
+            if t == "turnopd-ablation":
+                for arm, flags in turnopd.ARMS.items():
+                    if arm not in ("vanilla OPD", "both (TurnOPD)"):
+                        p.posttrained(f"turnopd-ablation-{turnopd._slug(arm)}", "turnopd", topk=TURNOPD_TOPK,
+                                      eval_at_start=False, **flags)
+        p._row()
+    return p
+
+
+def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok_s: float | None) -> list[dict]:
+    """Rows (one per table, then the total) in GPU-hours: training FLOPs at ``mfu`` of the peak,
+    rollout FLOPs at ``rollout_mfu`` of it, or at ``rollout_tok_s`` tokens/s when that is given."""
+    def roll(flops: float) -> float:
+        return flops / (2.0 * p.n) / rollout_tok_s if rollout_tok_s else flops / (gpu_flops * rollout_mfu)
+    rows = []
+    for table, r in p.rows.items():
+        pre = r["train_flops"] / (gpu_flops * mfu) / 3600
+        update = r["post_update_flops"] / (gpu_flops * mfu) / 3600
+        post = update + roll(r["post_rollout_flops"]) / 3600
+        ev = roll(r["eval_flops"]) / 3600
+        rows.append({"table": table, "artifacts": f"{r['pretrain']} pre-train, {r['posttrain']} post-train, "
+                     f"{r['evals']} eval", "pretrain_gpu_h": pre, "posttrain_gpu_h": post,
+                     "posttrain_update_gpu_h": update, "eval_gpu_h": ev, "total_gpu_h": pre + post + ev})
+    total = {"table": "total", "artifacts": f"{sum(r['pretrain'] for r in p.rows.values())} pre-train, "
+             f"{sum(r['posttrain'] for r in p.rows.values())} post-train, {sum(r['evals'] for r in p.rows.values())} eval"}
+    for key in (*COLUMNS, "posttrain_update_gpu_h", "total_gpu_h"):
+        total[key] = sum(r[key] for r in rows)
+    return rows + [total]
+
+
+def _positive(name: str, value: float | None, most: float | None = None) -> None:
+    if value is not None and not (value > 0 and (most is None or value <= most)):
+        raise UsageError(f"{name} must be > 0{f' and <= {most:g}' if most else ''}, got {value:g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="python -m reproduce.estimate", description=__doc__.split("\n")[0])
+    ap.add_argument("--scale", default="paper", help="tiny | small | paper (default paper)")
+    ap.add_argument("--gpu-flops", type=float, default=H100_BF16_DENSE, help="peak FLOP/s of one GPU")
+    ap.add_argument("--mfu", type=float, default=0.35, help="training FLOP utilisation of the peak (assumed)")
+    ap.add_argument("--rollout-mfu", type=float, default=0.05, help="rollout/evaluation FLOP utilisation (assumed)")
+    ap.add_argument("--rollout-tok-s", type=float, default=None, help="measured rollout tokens/s (replaces --rollout-mfu)")
+    ap.add_argument("--episode-tokens", type=int, default=None, help="tokens per episode (default: the upper bound)")
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+
+    def run() -> int:
+        a = ap.parse_args(argv)
+        check_scale(a.scale)
+        for name, most in (("gpu_flops", None), ("rollout_tok_s", None), ("episode_tokens", None), ("mfu", 1.0),
+                           ("rollout_mfu", 1.0)):
+            _positive("--" + name.replace("_", "-"), getattr(a, name), most)
+        p = plan(a.scale, a.episode_tokens)
+        rows = hours(p, a.gpu_flops, a.mfu, a.rollout_mfu, a.rollout_tok_s)
+        cfg = p.pre_cfg
+        rate = f"{a.rollout_tok_s:g} tokens/s (given)" if a.rollout_tok_s else f"{a.rollout_mfu:g} of the peak"
+        print(f"# GPU-hours of `make reproduce-all SCALE={a.scale}` (one seed)\n")
+        for line in (
+                "No GPU throughput has been measured in this project yet: every rate below is an assumption; "
+                "replace it with scripts/gpu_check.sh's numbers (--mfu, --rollout-tok-s).",
+                f"model: {p.n / 1e6:.1f}M parameters (pretrain.model.analytic_params, vocab {cfg.vocab_size})",
+                f"pre-training: {cfg.steps} steps x {cfg.batch_size} x {cfg.block_size} tokens, "
+                "FLOPs = pretrain.model.train_flops_per_token (6N + attention) x tokens",
+                f"assumption: peak {a.gpu_flops:g} FLOP/s per GPU; training (pre-training, post-training updates) at "
+                f"MFU {a.mfu:g}",
+                f"assumption: rollouts and evaluations (2N FLOPs/token, decode is memory bound) at {rate}",
+                f"assumption: {p.episode_tokens} tokens per episode (step limit x max turn tokens: every episode "
+                "runs to the limit, an upper bound), all generated and all trained; a post-training update is "
+                "6N/token, plus 2N for a distilling teacher's scoring",
+                f"assumption: fig3-4's equal-trajectory arm trains {EQUAL_TRAJECTORY_FRACTION:g} x the preset's "
+                "steps (the real count is measured from the two corpora)",
+                "not counted: pre-training loss evaluations, corpus generation (CPU), the small probes (token "
+                "views, per-turn KL); TurnOPD's / TCOD-F2B's shortened rollouts are counted at full depth"):
+            print(f"- {line}")
+        print("\n| table/figure | artifacts (new) | pre-train GPU-h | post-train GPU-h | eval GPU-h | total GPU-h |")
+        print("|---|---|---:|---:|---:|---:|")
+        for r in rows:
+            b = "**" if r["table"] == "total" else ""
+            print(f"| {b}{r['table']}{b} | {r['artifacts']} | " + " | ".join(
+                f"{b}{r[k]:.1f}{b}" for k in (*COLUMNS, "total_gpu_h")) + " |")
+        if a.json:
+            Path(a.json).write_text(json.dumps({**{k: v for k, v in vars(a).items() if k != "json"},
+                                                "episode_tokens": p.episode_tokens, "params": p.n, "rows": rows}))
+        return 0
+    return entry(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
