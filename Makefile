@@ -151,17 +151,21 @@ BENCH_PY ?= $(BIN)/python
 bench-rollout: $(STAMP)
 	$(BENCH_PY) -m benchmarks.rollout $(if $(SCALES),--scales $(SCALES)) $(if $(RUN),--run $(RUN))
 
-# The transformers floor of pyproject.toml, checked: a venv with exactly that version runs the tests that
-# touch transformers (tokenizer, checkpoints, model, backends, rollouts, evaluation).
+# The transformers floor of pyproject.toml, checked: a venv with exactly that version (and what it pins)
+# in front of the project's venv, which it sees through a .pth line (torch is not installed twice),
+# runs the tests that touch transformers (tokenizer, checkpoints, model, backends, rollouts, evaluation).
 FLOOR_VENV := .venv-floor
 TRANSFORMERS_FLOOR := $(shell sed -n 's/.*"transformers>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 FLOOR_STAMP := $(FLOOR_VENV)/.installed-$(TRANSFORMERS_FLOOR)
-$(FLOOR_STAMP): pyproject.toml
-	test -x $(FLOOR_VENV)/bin/python || $(PY) -m venv $(FLOOR_VENV)
-	$(FLOOR_VENV)/bin/pip install -q torch==2.13.0 && $(FLOOR_VENV)/bin/pip install -q -e '.[test]' "transformers==$(TRANSFORMERS_FLOOR)"
+SITE := import sysconfig; print(sysconfig.get_paths()["purelib"])
+$(FLOOR_STAMP): pyproject.toml $(STAMP)
+	rm -rf $(FLOOR_VENV) && $(BIN)/python -m venv $(FLOOR_VENV)
+	$(BIN)/python -c '$(SITE)' > "$$($(FLOOR_VENV)/bin/python -c '$(SITE)')/zz-project-venv.pth"
+	$(FLOOR_VENV)/bin/pip install -q "transformers==$(TRANSFORMERS_FLOOR)"
 	touch $@
 test-floor: $(FLOOR_STAMP)
-	$(FLOOR_VENV)/bin/python -m pytest tests/test_pretrain_tokenizer.py tests/test_pretrain_checkpoint.py \
+	$(FLOOR_VENV)/bin/python -c 'import transformers as t; assert t.__version__ == "$(TRANSFORMERS_FLOOR)", t.__version__'
+	$(FLOOR_VENV)/bin/python -m pytest -q tests/test_pretrain_tokenizer.py tests/test_pretrain_checkpoint.py \
 		tests/test_pretrain_model.py tests/test_backends.py tests/test_evaluate.py tests/test_rollout.py
 
 # The optional vLLM backend (--backend vllm, the bench's engine/vllm loop) in its own environment:
