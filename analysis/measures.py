@@ -300,6 +300,11 @@ class SeedStat:
     n: int
     ci95: float     # half-width of the Student-t 95% interval of the mean; NaN for one seed
 
+    @property
+    def se(self) -> float:
+        """Standard error of the mean over seeds (std / sqrt(n)); NaN for one seed."""
+        return self.std / math.sqrt(self.n) if self.n > 1 else float("nan")
+
     def format(self, digits: int = 2, ci: bool = False) -> str:
         spread = self.ci95 if ci else self.std
         if self.n < 2 or math.isnan(spread):

@@ -6,8 +6,10 @@ table's folder as ``table.md`` (ours beside the paper's), ``results.json`` (ever
 ``config.json`` (the exact settings and the runs used) and the PNG figures.
 
 With several seeds, `merge_seeds` folds one report per seed into one whose numbers read
-``mean ± std`` (sample std over the seeds); cells that agree across seeds (the paper's numbers,
-labels) are kept as they are.
+``mean ± SE`` (the standard error of the mean over the seeds, sample std / sqrt(n): the spread a
+two-standard-error verdict on the seed mean needs, and it already holds the task-sampling noise
+of each seed's number); cells that agree across seeds (the paper's numbers, labels) are kept as
+they are.
 """
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def _row_key(row: list) -> list:
 
 
 def merge_cell(values: list):
-    """One table cell over seeds: equal values stay; numbers become ``"mean ± std"`` (with ``n=``
+    """One table cell over seeds: equal values stay; numbers become ``"mean ± SE"`` (with ``n=``
     when some seeds have none); anything else is listed per seed, ``a / b / c``."""
     if all(v == values[0] or (v != v and values[0] != values[0]) for v in values):   # NaN == NaN here
         return values[0]
@@ -97,13 +99,13 @@ def merge_cell(values: list):
     if nums and all(v is None or _is_number(v) for v in values):
         from analysis.measures import seed_stat
         s = seed_stat(nums)
-        return cell_text(s.mean) + (f" ± {cell_text(s.std)}" if s.n > 1 else "") + \
+        return cell_text(s.mean) + (f" ± {cell_text(s.se)}" if s.n > 1 else "") + \
             (f" (n={s.n})" if s.n < len(values) else "")
     return " / ".join(cell_text(v) for v in values)
 
 
 def merge_results(values: list):
-    """``results.json`` over seeds: every number becomes ``{"mean", "std", "n", "per_seed"}``
+    """``results.json`` over seeds: every number becomes ``{"mean", "std", "se", "n", "per_seed"}``
     (``n`` counts the seeds with a finite value; missing statistics are None); other values that
     differ become ``{"per_seed": [...]}``."""
     first = values[0]
@@ -115,14 +117,14 @@ def merge_results(values: list):
         from analysis.measures import seed_stat
         finite = [float(v) for v in values if not math.isnan(v)]
         if not finite:
-            return {"mean": None, "std": None, "n": 0, "per_seed": list(values)}
+            return {"mean": None, "std": None, "se": None, "n": 0, "per_seed": list(values)}
         s = seed_stat(finite)
-        return {"mean": s.mean, "std": None if math.isnan(s.std) else s.std, "n": s.n, "per_seed": list(values)}
+        return {"mean": s.mean, "std": json_safe(s.std), "se": json_safe(s.se), "n": s.n, "per_seed": list(values)}
     return first if all(v == first for v in values) else {"per_seed": list(values)}
 
 
 def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
-    """One report from one per seed (same tables, same rows): every number as mean ± std."""
+    """One report from one per seed (same tables, same rows): every number as mean ± SE over seeds."""
     first = reports[0]
     merged = Report(f"{first.title} ({len(seeds)} seeds: {', '.join(map(str, seeds))})")
     for i, table in enumerate(first.tables):
@@ -137,7 +139,7 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
             continue
         rows = [[merge_cell([r.tables[i].rows[j][c] for r in reports]) for c in range(len(table.header))]
                 for j in range(len(table.rows))]
-        merged.tables.append(Table(f"{table.caption} (mean ± std over {len(seeds)} seeds)", table.header, rows))
+        merged.tables.append(Table(f"{table.caption} (mean ± SE over {len(seeds)} seeds)", table.header, rows))
     merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}
     common = [n for n in first.notes if all(n in r.notes for r in reports)]
     merged.notes = common + [f"seed {seed}: {n}" for seed, r in zip(seeds, reports) for n in r.notes if n not in common]

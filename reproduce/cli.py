@@ -2,7 +2,7 @@
 
     python -m reproduce fig3-4 --scale tiny      # one table (builds what it needs)
     python -m reproduce all --scale tiny         # every table, in dependency order
-    python -m reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± std
+    python -m reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± SE
     python -m reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
     python -m reproduce --list
 
@@ -14,7 +14,7 @@ each once and a rerun only evaluates what is missing.  Budgets per scale are in
 
 With ``--seeds N`` every model is trained and sampled N times (seed s lives under
 ``<root>/<scale>-seed<s>``, seed 0 under ``<root>/<scale>``; the corpora are shared), each seed
-writes its own table, and ``<root>/<scale>/<table>/seeds.md`` gives every number as mean ± std.
+writes its own table, and ``<root>/<scale>/<table>/seeds.md`` gives every number as mean ± SE over the seeds.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def reproduce_seeds(table_id: str, stores: list[Store]) -> Path:
         return stores[0].out(table_id) / "table.md"
     merged = merge_seeds(reports, [s.seed for s in stores])
     out = write(merged, stores[0], table_id, time.time() - t0, seeds=stores)
-    stores[0].log(f"[reproduce] {table_id}: {out / 'seeds.md'} (mean ± std over {len(stores)} seeds)")
+    stores[0].log(f"[reproduce] {table_id}: {out / 'seeds.md'} (mean ± SE over {len(stores)} seeds)")
     return out / "seeds.md"
 
 

@@ -218,7 +218,7 @@ def test_curves_compare_runs_by_step_by_time_and_time_to_target(tmp_path):
     assert curves_main([*runs, str(tmp_path / "noeval"), "--out", str(tmp_path / "c"), "--reference", "noeval"]) == 2
 
 
-def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
+def test_seeds_merge_numbers_into_mean_and_se_and_keep_what_agrees():
     from analysis.report import merge_seeds
     reports = []
     for seed, (acc, kl, label) in enumerate([(10.0, 0.2, "T1"), (14.0, 0.4, "T2"), (12.0, float("nan"), "T1")]):
@@ -231,13 +231,16 @@ def test_seeds_merge_numbers_into_mean_and_std_and_keep_what_agrees():
         r.notes = ["agrees", f"only seed {seed}"]
         reports.append(r)
     merged = merge_seeds(reports, [0, 1, 2])
-    assert merged.tables[0].rows == [["OPD", "12.0 ± 2.0", "0.3 ± 0.141 (n=2)", 36.9, "T1 / T2 / T1"]]
-    assert "mean ± std over 3 seeds" in merged.tables[0].caption
+    # SE over seeds = sample std / sqrt(n): 2 / sqrt(3) and 0.1414 / sqrt(2)
+    assert merged.tables[0].rows == [["OPD", "12.0 ± 1.2", "0.3 ± 0.1 (n=2)", 36.9, "T1 / T2 / T1"]]
+    assert "mean ± SE over 3 seeds" in merged.tables[0].caption
     assert [t.caption for t in merged.tables[1:]] == [f"{name} (seed {s})" for name in ("per task", "groups", "pca")
                                                       for s in range(3)]
     assert merged.results["merged"]["OPD"]["acc"]["mean"] == pytest.approx(12.0)
     assert merged.results["merged"]["OPD"]["acc"]["per_seed"] == [10.0, 14.0, 12.0]
-    assert merged.results["merged"]["OPD"]["paper"] == {"mean": 36.9, "std": 0.0, "n": 3, "per_seed": [36.9] * 3}
+    assert merged.results["merged"]["OPD"]["acc"]["se"] == pytest.approx(2 / 3 ** 0.5)
+    assert merged.results["merged"]["OPD"]["paper"] == {"mean": 36.9, "std": 0.0, "se": 0.0, "n": 3,
+                                                        "per_seed": [36.9] * 3}
     assert merged.notes == ["agrees", "seed 0: only seed 0", "seed 1: only seed 1", "seed 2: only seed 2"]
 
 
@@ -260,11 +263,12 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
     for home in ("tiny", "tiny-seed1", "tiny-seed2"):
         assert (tmp_path / "out" / home / "fake" / "table.md").is_file()
     seeds_md = (tmp_path / "out" / "tiny" / "fake" / "seeds.md").read_text()
-    assert "| 1.0 ± 1.0 |" in seeds_md and "3 seeds: 0, 1, 2" in seeds_md
+    assert "| 1.0 ± 0.577 |" in seeds_md and "3 seeds: 0, 1, 2" in seeds_md     # 0, 1, 2: SE = 1 / sqrt(3)
     config = json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_config.json").read_text())
     assert [store["seed"] for store in config["stores"]] == [0, 1, 2]
     merged = json.loads((tmp_path / "out" / "tiny" / "fake" / "seeds_results.json").read_text())
-    assert merged["merged"]["x"] == {"mean": 1.0, "std": 1.0, "n": 3, "per_seed": [0.0, 1.0, 2.0]}
+    assert merged["merged"]["x"] == {"mean": 1.0, "std": 1.0, "se": pytest.approx(3 ** -0.5), "n": 3,
+                                     "per_seed": [0.0, 1.0, 2.0]}
     assert repro.main(args[:-1] + ["0"]) == 2
 
 
