@@ -102,6 +102,17 @@ class PosttrainConfig:
     def eval_difficulty_list(self) -> tuple[str, ...] | None:
         return comma_list(self.eval_difficulties, DIFFICULTIES, "eval_difficulties") or None
 
+    def evaluates_after(self, step: int) -> bool:
+        """Whether a periodic evaluation follows training step ``step`` (the final one always runs)."""
+        return bool(self.eval_every) and step % self.eval_every == 0 and step < self.steps
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations a fresh run makes: before step 1 (``eval_every`` with ``eval_at_start``), after
+        every ``eval_every`` steps short of the last, and the final one."""
+        return int(bool(self.eval_every and self.eval_at_start)) + \
+            sum(self.evaluates_after(s) for s in range(1, self.steps + 1)) + 1
+
     def validate(self) -> "PosttrainConfig":
         """Each field's declared type and range (`planning_gym.cli.check_fields`), then the rules
         that tie fields together; raise UsageError, return self."""

@@ -380,7 +380,7 @@ class Trainer:
                 self.log(record)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", success=f"{record['success']:.2f}")
-                if cfg.eval_every and self.step % cfg.eval_every == 0 and self.step < cfg.steps:
+                if cfg.evaluates_after(self.step):
                     self.log(self.evaluate())
                 if cfg.ckpt_every and self.step % cfg.ckpt_every == 0 and self.step < cfg.steps:
                     self.save()

@@ -257,6 +257,32 @@ def load_model(ckpt: Path):
     return model
 
 
+def split_run_path(run_dir: Path) -> tuple[Path, Path | None]:
+    """(run folder, checkpoint or None): ``RUN/checkpoints/step_N`` names a checkpoint of ``RUN``."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"run folder {run_dir} does not exist")
+    if (run_dir / "trainer_state.json").is_file():
+        return run_dir.parent.parent, run_dir
+    return run_dir, None
+
+
+def run_corpus(run_dir: Path) -> Path | None:
+    """The corpus folder a run (or one of its checkpoints) was trained on, refused if it changed since."""
+    run_dir = split_run_path(run_dir)[0]
+    saved = rundir.read_train_config(run_dir)
+    try:
+        data, digest = (Path(saved["data"]), saved.get("corpus_digest")) if saved else (None, None)
+    except (KeyError, TypeError) as exc:
+        raise UsageError(f"corrupt run config {run_dir / rundir.TRAIN_CONFIG}: {exc}") from None
+    if digest and data.is_dir():     # the run's own corpus must be the one it was trained on
+        from planning_gym.corpus import verify_corpus
+        if verify_corpus(data) != digest:
+            raise UsageError(f"corpus {data} changed since {run_dir} was trained on it (regenerated with "
+                             "other settings?); pass the intended corpus explicitly or rebuild the run")
+    return data
+
+
 def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None = None):
     """(model, tokenizer, corpus folder or None) of a run folder (its final checkpoint), of one of its
     checkpoints (``RUN/checkpoints/step_N`` passed as ``run_dir``), or of a bare checkpoint folder."""
@@ -264,21 +290,9 @@ def load_model_and_tokenizer(run_dir: Path | None = None, model_dir: Path | None
 
     data = None
     if run_dir is not None:
-        run_dir = Path(run_dir)
-        if not run_dir.is_dir():
-            raise UsageError(f"run folder {run_dir} does not exist")
-        if (run_dir / "trainer_state.json").is_file():   # a checkpoint of a run: RUN/checkpoints/step_N
-            model_dir, run_dir = run_dir, run_dir.parent.parent
-        saved = rundir.read_train_config(run_dir)
-        try:
-            data, digest = (Path(saved["data"]), saved.get("corpus_digest")) if saved else (None, None)
-        except (KeyError, TypeError) as exc:
-            raise UsageError(f"corrupt run config {run_dir / rundir.TRAIN_CONFIG}: {exc}") from None
-        if digest and data.is_dir():     # the run's own corpus must be the one it was trained on
-            from planning_gym.corpus import verify_corpus
-            if verify_corpus(data) != digest:
-                raise UsageError(f"corpus {data} changed since {run_dir} was trained on it (regenerated with "
-                                 "other settings?); pass the intended corpus explicitly or rebuild the run")
+        data = run_corpus(run_dir)
+        run_dir, checkpoint = split_run_path(run_dir)
+        model_dir = checkpoint or model_dir
         ckpt = Path(model_dir) if model_dir is not None else final_checkpoint(run_dir)
         if ckpt is None:
             raise UsageError(f"run folder {run_dir} has no checkpoint (train it with `python -m pretrain.train`)")

@@ -74,13 +74,14 @@ def base_evaluation(model_run: Path, out: Path, cfg, name: str = "base", tasks_o
     student's (``base/``, what every arm is paired against) and the teacher's (``teacher/``, the
     ceiling OPD is distilling towards: a gain is only possible where the teacher is ahead)."""
     from engine.evaluate import evaluate, load_model_and_tokenizer
+    from pretrain.checkpoint import run_corpus
 
     folder = out / name
     if (folder / "samples.jsonl").is_file():
         return folder
     model, tokenizer, data = load_model_and_tokenizer(model_run)
     if tasks_of is not None:                 # the teacher plays the student's tasks
-        data = load_model_and_tokenizer(tasks_of)[2]
+        data = run_corpus(tasks_of)
     evaluate(model, tokenizer, data, k=cfg.eval_k, max_tasks_per_cell=cfg.eval_tasks_per_cell, seed=cfg.seed,
              step_limit=cfg.step_limit, max_turn_tokens=cfg.max_turn_tokens, splits=cfg.eval_split_list,
              difficulties=cfg.eval_difficulty_list, out_dir=folder, backend=cfg.backend)
@@ -109,6 +110,16 @@ def train_arm(arm: str, point: dict, args, out: Path) -> Path:
 
 
 def report(args, out: Path, points: list[dict]) -> list[dict]:
+    """The teacher's reference row (when evaluated), then one row per finished arm x grid point,
+    each paired against the student's evaluation; also written to ``sweep.json`` and ``sweep.md``."""
+    rows = reference_rows(out) + arm_rows(args, out, points)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(rows, indent=1))
+    (out / "sweep.md").write_text(markdown(rows))
+    return rows
+
+
+def arm_rows(args, out: Path, points: list[dict]) -> list[dict]:
     rows = []
     base = out / "base"
     if not (base / "samples.jsonl").is_file():
@@ -118,14 +129,17 @@ def report(args, out: Path, points: list[dict]) -> list[dict]:
         final = final_eval_dir(out / run_name(arm, point))
         if final is None:
             continue
-        after = samples(final)
-        row = {"arm": arm, **point}
-        for split in SPLITS:
-            if any(s["split"] == split for s in before):
-                mean, se, n = paired_difference(after, before, split)
-                row[split] = {"delta": mean, "se": se, "tasks": n}
-        rows.append(row)
+        rows.append(paired_row({"arm": arm, **point}, samples(final), before))
     return rows
+
+
+def paired_row(row: dict, after: list[dict], before: list[dict]) -> dict:
+    """``row`` with, per split the evaluations hold, ``after`` minus ``before`` paired by task."""
+    for split in SPLITS:
+        if any(s["split"] == split for s in before):
+            mean, se, n = paired_difference(after, before, split)
+            row[split] = {"delta": mean, "se": se, "tasks": n}
+    return row
 
 
 def verdict(arm: str, delta: float, se: float) -> str:
@@ -141,13 +155,7 @@ def reference_rows(out: Path) -> list[dict]:
     base, teacher = out / "base", out / "teacher"
     if not ((base / "samples.jsonl").is_file() and (teacher / "samples.jsonl").is_file()):
         return []
-    before, after = samples(base), samples(teacher)
-    row = {"arm": "teacher (reference)"}
-    for split in SPLITS:
-        if any(s["split"] == split for s in before):
-            mean, se, n = paired_difference(after, before, split)
-            row[split] = {"delta": mean, "se": se, "tasks": n}
-    return [row]
+    return [paired_row({"arm": "teacher (reference)"}, samples(teacher), samples(base))]
 
 
 def markdown(rows: list[dict]) -> str:
@@ -202,16 +210,11 @@ def main(argv: list[str] | None = None) -> int:
                 base_evaluation(Path(args.teacher), out, cfg, name="teacher", tasks_of=args.student)
             for arm, point in itertools.product(args.arms, points):
                 train_arm(arm, point, args, out)
-                rows = reference_rows(out) + report(args, out, points)
-                (out / "sweep.json").write_text(json.dumps(rows, indent=1))
-                (out / "sweep.md").write_text(markdown(rows))
-        rows = reference_rows(out) + report(args, out, points)
+                report(args, out, points)
+        rows = report(args, out, points)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(rows, indent=1))
-    (out / "sweep.md").write_text(markdown(rows))
     print(markdown(rows))
     return 0
 

@@ -84,15 +84,12 @@ class Plan:
             cfg = self.store.posttrain_config(method, **overrides)
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
             teacher = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
-            evals = int(bool(cfg.eval_every and cfg.eval_at_start)) + 1 + \
-                (len(range(cfg.eval_every, cfg.steps, cfg.eval_every)) if cfg.eval_every else 0)
-            splits = len(cfg.eval_splits.split(","))
-            bins = len(cfg.eval_difficulties.split(",")) if cfg.eval_difficulties else len(DIFFICULTIES)
+            splits, bins = len(cfg.eval_split_list), len(cfg.eval_difficulty_list or DIFFICULTIES)
             row = self._row()
             row["posttrain"] += 1
             row["post_rollout_flops"] += 2.0 * self.n * tokens
             row["post_update_flops"] += (6.0 * cfg.ppo_epochs + teacher) * self.n * tokens
-            row["eval_flops"] += evals * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
+            row["eval_flops"] += cfg.evaluations * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
                 domains, splits, bins, cfg.eval_tasks_per_cell)
         return name
 

@@ -82,3 +82,13 @@ def test_registry_and_config():
     from pretrain.config import UsageError
     with pytest.raises(UsageError):
         make_config("grpo", "tiny", loss_agg="mean")
+
+
+@pytest.mark.parametrize("every, start, after, count", [(0, True, [], 1), (5, True, [5, 10], 4),
+                                                         (5, False, [5, 10], 3), (6, True, [6], 3), (12, True, [], 2)])
+def test_evaluation_schedule(every, start, after, count):
+    """What the trainer evaluates after (never the last step: the final evaluation covers it) and the
+    count reproduce.estimate charges for."""
+    cfg = make_config("opd", "tiny", steps=12, eval_every=every, eval_at_start=start)
+    assert [s for s in range(1, 13) if cfg.evaluates_after(s)] == after
+    assert cfg.evaluations == count
