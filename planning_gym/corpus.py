@@ -39,13 +39,14 @@ class SplitLeakError(AssertionError):
     """A test task or held-out combination found its way into a training pool."""
 
 
-def code_fingerprint() -> str:
+def code_fingerprint(root: Path = Path(__file__).parent) -> str:
     """Hash of the generator's own source and domain files: a corpus is reused only if both its
-    config and the code that wrote it are unchanged."""
+    config and the code that wrote it are unchanged. ``scales.py`` is left out: what it gives a
+    corpus (sizes, graph settings) is in the corpus's config already, and its other dials (a
+    post-training budget) must not make every corpus rebuild."""
     import hashlib
-    root = Path(__file__).parent
     h = hashlib.sha256()
-    readers = {"bench.py", "reference_env.py", "gym_env.py", "make_data.py", "cli.py"}   # write nothing into a corpus
+    readers = {"bench.py", "reference_env.py", "gym_env.py", "make_data.py", "cli.py", "scales.py"}  # write no corpus
     for f in sorted([*root.glob("*.py"), *root.glob("domains/*.json")]):
         if f.name in readers:
             continue

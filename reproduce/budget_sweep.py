@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -55,6 +56,31 @@ def grid(args) -> list[dict]:
 
 def run_name(arm: str, point: dict) -> str:
     return f"{arm}-lr{point['lr']:g}-steps{point['steps']}-kl{point['kl_coef']:g}-ent{point['entropy_coef']:g}"
+
+
+RUN_NAME = re.compile(r"(?P<arm>[a-z]+)-lr(?P<lr>[^-]+(?:-\d+)?)-steps(?P<steps>\d+)-kl(?P<kl_coef>[^-]+(?:-\d+)?)"
+                      r"-ent(?P<entropy_coef>.+)")
+
+
+def parse_run_name(name: str) -> tuple[str, dict] | None:
+    """``run_name``'s inverse: (arm, point), or None for a folder the sweep did not name."""
+    m = RUN_NAME.fullmatch(name)
+    if m is None or m["arm"] not in ARMS:
+        return None
+    try:
+        point = {k: float(m[k]) for k in ("lr", "kl_coef", "entropy_coef")}
+    except ValueError:
+        return None
+    return m["arm"], {"lr": point["lr"], "steps": int(m["steps"]), "kl_coef": point["kl_coef"],
+                      "entropy_coef": point["entropy_coef"]}
+
+
+def sweep_runs(out: Path) -> list[tuple[str, dict, Path]]:
+    """Every arm run under ``out``, in table order (arm, then lr, steps, KL, entropy)."""
+    runs = [(*parsed, d) for d in out.iterdir() if d.is_dir() and (parsed := parse_run_name(d.name))]
+    order = list(ARMS)
+    return sorted(runs, key=lambda r: (order.index(r[0]), r[1]["lr"], r[1]["steps"], r[1]["kl_coef"],
+                                       r[1]["entropy_coef"]))
 
 
 def samples(folder: Path) -> list[dict]:
@@ -95,6 +121,9 @@ def train_arm(arm: str, point: dict, args, out: Path) -> Path:
     run = out / run_name(arm, point)
     if final_eval_dir(run) is not None:
         return run
+    if latest_checkpoint(run) is None and (shorter := shorter_run(arm, point, out)) is not None:
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(shorter, run, ignore=shutil.ignore_patterns(rundir.SUMMARY))
     sets = [f"{k}={v}" for k, v in point.items()] + ["ckpt_every=5", "eval_every=0"] + args.set
     argv = ["--out", str(run), "--scale", args.scale, *sum((["--set", s] for s in sets), [])]
     if latest_checkpoint(run) is not None:
@@ -109,28 +138,34 @@ def train_arm(arm: str, point: dict, args, out: Path) -> Path:
     return run
 
 
-def report(args, out: Path, points: list[dict]) -> list[dict]:
-    """The teacher's reference row (when evaluated), then one row per finished arm x grid point,
-    each paired against the student's evaluation; also written to ``sweep.json`` and ``sweep.md``."""
-    rows = reference_rows(out) + arm_rows(args, out, points)
+def shorter_run(arm: str, point: dict, out: Path) -> Path | None:
+    """The longest finished run of the same arm and settings with fewer steps. The learning rate
+    is constant, so a longer run continues it (12 steps, then 24 more, is the 36-step run) and keeps
+    its evaluation as a point on the way."""
+    same = [(p["steps"], d) for a, p, d in sweep_runs(out)
+            if a == arm and p["steps"] < point["steps"] and final_eval_dir(d) is not None
+            and all(p[k] == point[k] for k in ("lr", "kl_coef", "entropy_coef"))]
+    return max(same)[1] if same else None
+
+
+def report(out: Path) -> list[dict]:
+    """The teacher's reference row (when evaluated), then one row per finished run in ``out`` (this
+    call's grid and every earlier one), each paired against the student's evaluation; also written
+    to ``sweep.json`` and ``sweep.md``."""
+    rows = reference_rows(out) + arm_rows(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps(rows, indent=1))
     (out / "sweep.md").write_text(markdown(rows))
     return rows
 
 
-def arm_rows(args, out: Path, points: list[dict]) -> list[dict]:
-    rows = []
+def arm_rows(out: Path) -> list[dict]:
     base = out / "base"
     if not (base / "samples.jsonl").is_file():
-        return rows
+        return []
     before = samples(base)
-    for arm, point in itertools.product(args.arms, points):
-        final = final_eval_dir(out / run_name(arm, point))
-        if final is None:
-            continue
-        rows.append(paired_row({"arm": arm, **point}, samples(final), before))
-    return rows
+    return [paired_row({"arm": arm, **point}, samples(final), before) for arm, point, run in sweep_runs(out)
+            if (final := final_eval_dir(run)) is not None]
 
 
 def paired_row(row: dict, after: list[dict], before: list[dict]) -> dict:
@@ -210,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 base_evaluation(Path(args.teacher), out, cfg, name="teacher", tasks_of=args.student)
             for arm, point in itertools.product(args.arms, points):
                 train_arm(arm, point, args, out)
-                report(args, out, points)
-        rows = report(args, out, points)
+                report(out)
+        rows = report(out)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -256,3 +256,21 @@ def test_horizon_bins_are_a_corpus_setting(tmp_path):
     lengths = {b: {r["horizon"] for r in rows if r["difficulty"] == b} for b in ("short", "mid", "long")}
     assert max(lengths["short"]) <= 4 and lengths["mid"] <= set(range(5, 10)) and 14 >= max(lengths["long"]) >= 10
     assert CorpusConfig.from_dict(json.loads((tmp_path / "x" / "config.json").read_text())) == cfg
+
+
+def test_generator_fingerprint_follows_the_generator_not_the_scale_dials(tmp_path):
+    """A corpus is rebuilt when code that writes it changes (graph.py), not when scales.py changes
+    a post-training budget (its corpus sizes are compared through config.json instead)."""
+    import shutil
+
+    from planning_gym import corpus as corpus_module
+    from planning_gym.corpus import code_fingerprint
+
+    root = tmp_path / "planning_gym"
+    shutil.copytree(Path(corpus_module.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
+    before = code_fingerprint(root)
+    assert before == code_fingerprint()
+    (root / "scales.py").write_text((root / "scales.py").read_text() + "\n# a new post-training budget\n")
+    assert code_fingerprint(root) == before
+    (root / "graph.py").write_text((root / "graph.py").read_text() + "\n# a generator change\n")
+    assert code_fingerprint(root) != before

@@ -353,3 +353,15 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     assert "| teacher (reference) | - | - | - | - |" in table
     assert sweep(["--student", str(run), "--out", str(out), "--arms", "opd"]) == 2
     assert "needs --teacher" in capsys.readouterr().err
+
+    # A longer run continues the finished shorter one (constant lr) and the table keeps every run.
+    longer = [*argv[:argv.index("--steps")], "--steps", "2", *argv[argv.index("--steps") + 2:], "--arms", "self"]
+    assert sweep(longer) == 0
+    logged = [json.loads(line) for line in (out / "self-lr0.001-steps2-kl0-ent0" / "metrics.jsonl").read_text().split("\n")
+              if line.strip()]
+    first = json.loads((out / "self-lr0.001-steps1-kl0-ent0" / "metrics.jsonl").read_text().split("\n")[0])
+    assert [m["step"] for m in logged if "loss" in m] == [1, 2] and logged[0] == first   # carried over, not redone
+    rows = json.loads((out / "sweep.json").read_text())
+    assert [(r["arm"], r.get("steps")) for r in rows] == [("teacher (reference)", None), ("self", 1), ("self", 2),
+                                                          ("opd", 1), ("grpo", 1)]
+    assert rows[2]["ID"]["delta"] == 0                                   # still a no-op after two steps
