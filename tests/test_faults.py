@@ -198,6 +198,34 @@ def test_a_changed_corpus_is_refused_when_a_run_is_loaded(world, tmp_path):     
         load_model_and_tokenizer(copy)
 
 
+def test_a_run_follows_its_rows_not_the_generator_fingerprint(world, tmp_path):          # [5]
+    """Newer generator code that rewrites the same rows (only config.json's fingerprint differs)
+    keeps the run loadable, as does a digest recorded the old way; different rows are refused."""
+    import hashlib
+
+    from planning_gym.corpus import _manifest_text, write_manifest
+    from pretrain.checkpoint import load_model_and_tokenizer
+    from pretrain.config import UsageError
+    root, corpus, run = world
+    data, copy = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(corpus, data)
+    shutil.copytree(run, copy)
+    saved = json.loads((copy / "train_config.json").read_text())
+    legacy = hashlib.sha256(_manifest_text(data).encode()).hexdigest()[:16]
+    for digest in (legacy, saved["corpus_digest"]):
+        (copy / "train_config.json").write_text(json.dumps({**saved, "data": str(data), "corpus_digest": digest}))
+        assert load_model_and_tokenizer(copy)[2] == data
+    config = json.loads((data / "config.json").read_text())
+    (data / "config.json").write_text(json.dumps({**config, "generator": "0" * 16}))
+    write_manifest(data)
+    assert load_model_and_tokenizer(copy)[2] == data                  # same rows, newer generator
+    rows = (data / "test_id.jsonl").read_text().splitlines(keepends=True)
+    (data / "test_id.jsonl").write_text("".join(rows[1:] + rows[:1]))     # other rows, a consistent manifest
+    write_manifest(data)
+    with pytest.raises(UsageError, match="changed since"):
+        load_model_and_tokenizer(copy)
+
+
 def test_a_copied_run_reads_only_its_own_files(world, tmp_path):                          # [4]
     from pretrain.checkpoint import final_checkpoint
     root, corpus, run = world
