@@ -246,17 +246,23 @@ def speedup_table(logs, reference: str, target: Optional[float] = None) -> pd.Da
 
 
 # ----------------------------------------------------------------------------- paired tasks
+PERCENT_FIELDS = ("success", "stuck")     # per-sample booleans, averaged per task as percentages
+
+
 def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
-                      difficulty: str = "all") -> tuple[float, float, int]:
-    """Mean and standard error over tasks of ``a``'s minus ``b``'s success rate (percent), from two
-    evaluations' per-sample records (``samples.jsonl``) on the same tasks.
+                      difficulty: str = "all", field: str = "success") -> tuple[float, float, int]:
+    """Mean and standard error over tasks of ``a``'s minus ``b``'s per-task mean of ``field`` (the
+    success rate by default; ``stuck`` also in percent, ``n_invalid`` in invalid actions per
+    episode), from two evaluations' per-sample records (``samples.jsonl``) on the same tasks.
 
     Pairing by task removes the task-to-task spread that dominates when a cell holds a few tasks;
     the standard error is NaN for a single task. ``difficulty="all"`` pools the bins."""
+    unit = 100.0 if field in PERCENT_FIELDS else 1.0
+
     def rates(samples):
-        rows = pd.DataFrame([{"task": x["task"], "success": float(x["success"])} for x in samples
+        rows = pd.DataFrame([{"task": x["task"], "value": float(x[field])} for x in samples
                              if x["split"] == split and difficulty in ("all", x["difficulty"])])
-        return rows.groupby("task")["success"].mean() * 100 if len(rows) else pd.Series(dtype=float)
+        return rows.groupby("task")["value"].mean() * unit if len(rows) else pd.Series(dtype=float)
     ra, rb = rates(a), rates(b)
     if set(ra.index) != set(rb.index):
         raise ValueError(f"paired_difference: the evaluations cover different {split}/{difficulty} tasks "

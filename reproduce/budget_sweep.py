@@ -169,11 +169,17 @@ def arm_rows(out: Path) -> list[dict]:
 
 
 def paired_row(row: dict, after: list[dict], before: list[dict]) -> dict:
-    """``row`` with, per split the evaluations hold, ``after`` minus ``before`` paired by task."""
+    """``row`` with, per split the evaluations hold, ``after`` minus ``before`` paired by task: the
+    success rate, and where the failures went (episodes stuck repeating one action, in points;
+    invalid actions per episode)."""
     for split in SPLITS:
         if any(s["split"] == split for s in before):
             mean, se, n = paired_difference(after, before, split)
             row[split] = {"delta": mean, "se": se, "tasks": n}
+            for field in ("stuck", "n_invalid"):
+                if all(field in s for s in (*after, *before)):
+                    row[split][field] = dict(zip(("delta", "se"), paired_difference(after, before, split,
+                                                                                    field=field)[:2]))
     return row
 
 
@@ -194,15 +200,20 @@ def reference_rows(out: Path) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| arm | lr | steps | KL | entropy | ΔID avg@8 ± SE | ΔOOD avg@8 ± SE | tasks | verdict (ID) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | lr | steps | KL | entropy | ΔID avg@8 ± SE | ΔOOD avg@8 ± SE | tasks | verdict (ID) "
+             "| ΔID stuck % ± SE | ΔID invalid / episode ± SE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(d: dict | None, digits: int = 1) -> str:
+        return f"{d['delta']:+.{digits}f} ± {d['se']:.{digits}f}" if d else "-"
     for r in rows:
-        cells = [f"{r[s]['delta']:+.1f} ± {r[s]['se']:.1f}" if s in r else "-" for s in SPLITS]
+        cells = [cell(r.get(s)) for s in SPLITS]
         idv = verdict(r["arm"], r["ID"]["delta"], r["ID"]["se"]) if "ID" in r and "lr" in r else "-"
         budget = (f"{r['lr']:g} | {r['steps']} | {r['kl_coef']:g} | {r['entropy_coef']:g}" if "lr" in r
                   else "- | - | - | -")
-        lines.append(f"| {r['arm']} | {budget} | "
-                     f"{cells[0]} | {cells[1]} | {r.get('ID', {}).get('tasks', '-')} | {idv} |")
+        failures = r.get("ID", {})
+        lines.append(f"| {r['arm']} | {budget} | {cells[0]} | {cells[1]} | {failures.get('tasks', '-')} | {idv} "
+                     f"| {cell(failures.get('stuck'))} | {cell(failures.get('n_invalid'), 2)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -345,11 +345,12 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     assert all(r["ID"]["tasks"] >= 3 for r in rows)
     self_row = rows[1]
     assert self_row["ID"]["delta"] == 0 and self_row["OOD"]["delta"] == 0        # a no-op, to the bit
+    assert self_row["ID"]["stuck"] == self_row["ID"]["n_invalid"] == {"delta": 0.0, "se": 0.0}
     stamp = (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime
     assert sweep(argv) == 0
     assert (out / "self-lr0.001-steps1-kl0-ent0" / "summary.json").stat().st_mtime == stamp
     table = (out / "sweep.md").read_text()
-    assert "| self | 0.001 | 1 |" in table and "| no harm |" in table
+    assert "| self | 0.001 | 1 |" in table and "| no harm | +0.0 ± 0.0 | +0.00 ± 0.00 |" in table
     assert "| teacher (reference) | - | - | - | - |" in table
     assert sweep(["--student", str(run), "--out", str(out), "--arms", "opd"]) == 2
     assert "needs --teacher" in capsys.readouterr().err

@@ -378,6 +378,12 @@ def test_paired_gain_and_its_standard_error_decide_whether_the_gain_grows():
     assert paired_difference(a, b, "ID")[2] == 4
     with pytest.raises(ValueError, match="different ID/long tasks"):
         paired_difference(a, samples({"long-0": 1}), "ID", "long")
+    for i, x in enumerate(a):                                          # other per-sample fields pair the same way
+        x.update(stuck=i % 8 == 0, n_invalid=i % 2)
+    for x in b:
+        x.update(stuck=False, n_invalid=0)
+    assert paired_difference(a, b, "ID", field="stuck")[:2] == (pytest.approx(12.5), 0.0)   # percent
+    assert paired_difference(a, b, "ID", field="n_invalid")[:2] == (pytest.approx(0.5), 0.0)  # per episode
     clear = gain_verdict([7.0, 20.0, 40.0], [3.0, 3.0, 3.0])
     assert "ours wins at 3 of 3 (3 by more than two standard errors) and its gain grows" in clear
     assert clear.endswith("— agreement.")
