@@ -6,8 +6,10 @@ fit for the reproductions only when, on the same tasks and sampling seeds,
 
 * ``self``: OPD with teacher = student moves avg@8 by less than two standard errors (the optimiser
   alone does no harm),
-* ``opd``: OPD from a stronger teacher gains by more than two standard errors, and
-* ``grpo``: GRPO on a student with non-zero success gains by more than two standard errors.
+* ``opd``: OPD from a stronger teacher gains by more than two standard errors,
+* ``grpo``: GRPO on a student with non-zero success gains by more than two standard errors;
+* ``turnopd`` (optional): TurnOPD from the same teacher -- depth control and the turn blend, the
+  TurnOPD paper's remedy for deep turns where the teacher's correction decays (beside ``opd``).
 
 Every arm x grid point is one ordinary post-training run under ``--out`` (checkpointed every 5
 steps and resumed, so the sweep continues where a killed or earlier session left it); the
@@ -34,7 +36,8 @@ from planning_gym.cli import Parser
 from pretrain import rundir
 from pretrain.config import UsageError
 
-ARMS = {"self": "opd", "opd": "opd", "grpo": "grpo"}
+ARMS = {"self": "opd", "opd": "opd", "turnopd": "turnopd", "grpo": "grpo"}   # arm -> method
+DISTILLED = ("opd", "turnopd")       # arms that learn from --teacher
 SPLITS = ("ID", "OOD")
 
 
@@ -132,7 +135,7 @@ def train_arm(arm: str, point: dict, args, out: Path) -> Path:
         shutil.rmtree(run, ignore_errors=True)          # a run killed before its first checkpoint starts over
         teacher = args.student if arm == "self" else args.teacher
         argv += ["--method", ARMS[arm], "--student", str(args.student)]
-        if ARMS[arm] == "opd":
+        if ARMS[arm] != "grpo":
             argv += ["--teacher", str(teacher)]
     posttrain(argv)
     return run
@@ -235,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
         if not args.arms or set(args.arms) - set(ARMS):
             raise UsageError(f"--arms must be a comma list of {', '.join(ARMS)}")
-        if "opd" in args.arms and not args.teacher:
-            raise UsageError("the opd arm needs --teacher (a stronger model sharing the student's tokenizer)")
+        if set(DISTILLED) & set(args.arms) and not args.teacher:
+            raise UsageError("the opd and turnopd arms need --teacher (a stronger model sharing the student's "
+                             "tokenizer)")
         args.lrs, args.kl, args.entropy = floats(args.lrs, "lrs"), floats(args.kl, "kl"), floats(args.entropy, "entropy")
         args.steps = [int(s) for s in floats(args.steps, "steps")]
         if min(args.steps) < 1 or min(args.lrs) <= 0:
@@ -252,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = make_config("opd", args.scale, **parse_overrides(args.set))
             out.mkdir(parents=True, exist_ok=True)
             base_evaluation(args.student, out, cfg)
-            if args.teacher and "opd" in args.arms:
+            if args.teacher and set(DISTILLED) & set(args.arms):
                 base_evaluation(Path(args.teacher), out, cfg, name="teacher", tasks_of=args.student)
             for arm, point in itertools.product(args.arms, points):
                 train_arm(arm, point, args, out)

@@ -353,10 +353,10 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     assert "| self | 0.001 | 1 |" in table and "| no harm | +0.0 ± 0.0 | +0.00 ± 0.00 |" in table
     assert "| teacher (reference) | - | - | - | - |" in table
     assert sweep(["--student", str(run), "--out", str(out), "--arms", "opd"]) == 2
-    assert "needs --teacher" in capsys.readouterr().err
+    assert "need --teacher" in capsys.readouterr().err
 
     # A longer run continues the finished shorter one (constant lr) and the table keeps every run.
-    longer = [*argv[:argv.index("--steps")], "--steps", "2", *argv[argv.index("--steps") + 2:], "--arms", "self"]
+    longer = [*argv[:argv.index("--steps")], "--steps", "2", *argv[argv.index("--steps") + 2:], "--arms", "self,turnopd"]
     assert sweep(longer) == 0
     logged = [json.loads(line) for line in (out / "self-lr0.001-steps2-kl0-ent0" / "metrics.jsonl").read_text().split("\n")
               if line.strip()]
@@ -364,5 +364,5 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     assert [m["step"] for m in logged if "loss" in m] == [1, 2] and logged[0] == first   # carried over, not redone
     rows = json.loads((out / "sweep.json").read_text())
     assert [(r["arm"], r.get("steps")) for r in rows] == [("teacher (reference)", None), ("self", 1), ("self", 2),
-                                                          ("opd", 1), ("grpo", 1)]
+                                                          ("opd", 1), ("turnopd", 2), ("grpo", 1)]
     assert rows[2]["ID"]["delta"] == 0                                   # still a no-op after two steps
