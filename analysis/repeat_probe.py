@@ -30,17 +30,16 @@ the first model). Exit status 2 with one ``error:`` line on bad input.
 from __future__ import annotations
 
 import json
-import math
 import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from analysis.measures import seed_stat
+from planning_gym.constants import EVAL_TEMPERATURE
 from planning_gym.text import AGENT, ENV, parse_action
 from pretrain.config import UsageError
-
-EVAL_TEMPERATURE = 0.4
 
 
 @dataclass(frozen=True)
@@ -117,10 +116,10 @@ def repeat_shares(points: Sequence[Context], sample: Callable[[str], list[str]])
     return shares
 
 
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    m = sum(values) / len(values)
-    se = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values)) if len(values) > 1 else math.nan
-    return 100 * m, 100 * se
+def percent(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error over contexts, in percent."""
+    stat = seed_stat(values)
+    return 100 * stat.mean, 100 * stat.se
 
 
 def markdown(points: Sequence[Context], shares: dict[str, list[float]]) -> str:
@@ -131,9 +130,9 @@ def markdown(points: Sequence[Context], shares: dict[str, list[float]]) -> str:
         s = shares[name]
         after = [v for v, c in zip(s, points) if c.after_repeat]
         other = [v for v, c in zip(s, points) if not c.after_repeat]
-        pct = (lambda xs: f"{mean_se(xs)[0]:.1f} (n={len(xs)})" if xs else "-")
-        delta = mean_se([a - b for a, b in zip(s, shares[names[0]])]) if name != names[0] else None
-        lines.append(f"| {name} | {mean_se(s)[0]:.1f} ± {mean_se(s)[1]:.1f} | {pct(after)} | {pct(other)} | "
+        pct = (lambda xs: f"{percent(xs)[0]:.1f} (n={len(xs)})" if xs else "-")
+        delta = percent([a - b for a, b in zip(s, shares[names[0]])]) if name != names[0] else None
+        lines.append(f"| {name} | {percent(s)[0]:.1f} ± {percent(s)[1]:.1f} | {pct(after)} | {pct(other)} | "
                      + (f"{delta[0]:+.1f} ± {delta[1]:.1f} |" if delta else "- |"))
     return "\n".join(lines) + "\n"
 

@@ -375,8 +375,18 @@ def verify_corpus(folder: Path) -> str:
     generator code (its fingerprint in config.json changed) is still the corpus a run was trained
     on. A hand-made corpus without a manifest cannot be checked, but still gets a digest, so a run
     that records it notices later changes."""
+    return _checked_digests(Path(folder))[0]
+
+
+def corpus_digests(folder: Path) -> set[str]:
+    """Every digest a run may have recorded for this corpus: `verify_corpus`'s, and the one runs
+    recorded before 2026-12-06, which also hashed config.json (and so its generator fingerprint)."""
+    return set(_checked_digests(Path(folder)))
+
+
+def _checked_digests(folder: Path) -> tuple[str, str]:
+    """(rows digest, pre-2026-12-06 digest) from one read of the files, after checking them."""
     import hashlib
-    folder = Path(folder)
     text = _manifest_text(folder)
     try:
         want = json.loads((folder / MANIFEST).read_text())["files"]
@@ -392,14 +402,8 @@ def verify_corpus(folder: Path) -> str:
             raise CorpusError(f"corpus {folder}: {name} does not match its manifest ({got[name]['rows']} rows, "
                               f"manifest {record['rows']}; changed or truncated): regenerate it with `make data`")
     rows = {name: record for name, record in got.items() if name != "config.json"}
-    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def corpus_digests(folder: Path) -> set[str]:
-    """Every digest a run may have recorded for this corpus: `verify_corpus`'s, and the one runs
-    recorded before 2026-12-06, which also hashed config.json (and so its generator fingerprint)."""
-    import hashlib
-    return {verify_corpus(folder), hashlib.sha256(_manifest_text(Path(folder)).encode()).hexdigest()[:16]}
+    return (hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16],
+            hashlib.sha256(text.encode()).hexdigest()[:16])
 
 
 def read_worlds(corpus_dir) -> dict[tuple[str, str], World]:
