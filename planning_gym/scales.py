@@ -65,19 +65,25 @@ EVAL_TASKS_PER_CELL = {"tiny": 4, "small": 16, "paper": 0}
 # The reproductions (`make reproduce`, reproduce.store): tasks per evaluation cell (K=8 samples at
 # T=0.4, step limit 20 always), the pre-training step whose checkpoint is the post-training
 # student, and the post-training budget (PosttrainConfig overrides on top of POSTTRAIN).
+_SMALL_DISTILL = dict(lr=2e-4, steps=72, eval_every=24)   # OPD's family (MOPD's stages too): see small below
+
 REPRODUCE = {
     # tiny is a smoke test of every code path, so one task per cell (x 8 samples): most of
     # `reproduce-all`'s cost is evaluating weak models whose episodes run to the step limit.
     "tiny": dict(eval_tasks_per_cell=1, student_step=200,
                  posttrain=dict(steps=6, tasks_per_step=2, group_size=4, lr=1e-4, eval_every=3)),
     # small on a 2-core CPU: 16 tasks per cell, so a paired difference over a cell's tasks has a
-    # standard error a verdict can use. The post-training budget is the one `scripts/sweep_small.sh`
-    # (reproduce.budget_sweep) chose: 12 steps of 4 tasks x 8 samples at lr 5e-5, where over 48 ID
-    # tasks self-distillation moves avg@8 by 0.0 ± 0.0 and GRPO gains +3.1 ± 1.5 (lr 2e-4: +0.5 ±
-    # 2.9); OPD from a +21-point teacher does not gain yet at 12 steps (-0.3 ± 0.5; 2e-4: +0.3 ± 0.9).
-    # The old budget (8 steps of 2 x 4 at lr 3e-4) lowered avg@8 in every Fig. 7 cell.
+    # standard error a verdict can use. The post-training budgets are the ones the sweep
+    # (`scripts/sweep_small.sh`, reproduce.budget_sweep; results/small/budget-sweep) found where each
+    # method gains beyond two SE over 48 ID tasks of the step-400 student: GRPO at lr 5e-5 x 12 steps
+    # of 4 tasks x 8 samples (+3.1 ± 1.5; at 2e-4: +0.5 ± 2.9); OPD and its family (TurnOPD, TCOD,
+    # MOPD's stages) at lr 2e-4 x 72 steps (+3.9 ± 1.9, from a +21.1-point teacher), where 12 steps
+    # do not gain at 5e-5 (-0.3 ± 0.5), 2e-4 (+0.3 ± 0.9) or 5e-4 (-1.8 ± 1.5). Self-distillation is a
+    # bit-identical no-op at any lr (an exactly zero gradient). The old budget (8 steps of 2 x 4 at lr
+    # 3e-4) lowered avg@8 in every Fig. 7 cell.
     "small": dict(eval_tasks_per_cell=16, student_step=400,
-                  posttrain=dict(steps=12, tasks_per_step=4, group_size=8, lr=5e-5, eval_every=6)),
+                  posttrain=dict(steps=12, tasks_per_step=4, group_size=8, lr=5e-5, eval_every=6),
+                  posttrain_per_method={m: _SMALL_DISTILL for m in ("opd", "turnopd", "tcod")}),
     "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
 }
 

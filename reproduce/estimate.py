@@ -118,7 +118,7 @@ def plan(scale: str, episode_tokens: int | None = None) -> Plan:
         elif t == "fig7":
             p.pretrained()
             for q in shaping.QUALITIES:
-                p.evaluation(p.pretrained(patterns=q))
+                p.evaluation(f"{p.pretrained(patterns=q)}@student")
                 for d in shaping.DIFFS:
                     for m in ("grpo", "opd"):
                         p.posttrained(f"fig7-{m}-{q}-{d}", m, difficulties=d, eval_every=0, eval_splits="ID",

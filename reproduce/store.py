@@ -141,14 +141,16 @@ class Store:
         return ckpt
 
     # ----- post-training ---------------------------------------------------------------------------
-    def _posttrain_budget(self) -> dict:
-        """The scale's post-training settings, evaluating in runs with this store's protocol."""
-        return {**self.budget["posttrain"], "eval_k": EVAL_K, "seed": self.seed,
+    def _posttrain_budget(self, method: str = "opd") -> dict:
+        """The scale's post-training settings for ``method`` (the shared budget, then the method's own
+        overrides), evaluating in runs with this store's protocol."""
+        own = self.budget.get("posttrain_per_method", {}).get(method, {})
+        return {**self.budget["posttrain"], **own, "eval_k": EVAL_K, "seed": self.seed,
                 "eval_tasks_per_cell": self.budget["eval_tasks_per_cell"] or 10**6}   # 0 in BUDGETS: every task
 
     def posttrain_config(self, method: str, **overrides):
         from posttrain.config import make_config
-        values = {**self._posttrain_budget(), **overrides}
+        values = {**self._posttrain_budget(method), **overrides}
         return make_config(method, self.scale, **values)
 
     def posttrained(self, name: str, method: str, student: Path, teacher: Path | None = None, **overrides) -> Path:
@@ -180,7 +182,7 @@ class Store:
             if (run / "mopd.json").is_file():
                 return run
             shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
-            values = {**self._posttrain_budget(), "eval_every": 0, **overrides}
+            values = {**self._posttrain_budget("opd"), "eval_every": 0, **overrides}     # MOPD's stages are OPD
             argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
             argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
             argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]

@@ -302,6 +302,25 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
     assert len(built) == 3 and "teacher=" in logs[-2]
 
 
+def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, monkeypatch):
+    import posttrain.mopd
+    from reproduce import store as store_module
+    small = store_module.BUDGETS["small"]
+    assert small["posttrain_per_method"]["opd"] == small["posttrain_per_method"]["turnopd"] \
+        == small["posttrain_per_method"]["tcod"]          # the distillation family shares one budget
+    budgets = {"tiny": {**store_module.BUDGETS["tiny"], "posttrain": dict(steps=6, lr=1e-4),
+                        "posttrain_per_method": {"opd": dict(steps=9, lr=7e-4)}}}
+    monkeypatch.setattr(store_module, "BUDGETS", budgets)
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    assert (store.posttrain_config("opd").lr, store.posttrain_config("opd").steps) == (7e-4, 9)
+    assert (store.posttrain_config("grpo").lr, store.posttrain_config("grpo").steps) == (1e-4, 6)
+    assert store.posttrain_config("opd", lr=2e-4).lr == 2e-4                # a table's override still wins
+    seen = []
+    monkeypatch.setattr(posttrain.mopd, "run", lambda argv: seen.extend(argv))
+    store.mopd("m", tmp_path / "s", [("fa", tmp_path / "t")])
+    assert "lr=0.0007" in seen and "steps=9" in seen
+
+
 def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():
     from reproduce.pretraining import sample_information
     samples = [{"split": "ID", "task": t, "pattern": "T1", "actions": [f"make {t}", "done"]}
