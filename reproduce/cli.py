@@ -61,16 +61,36 @@ def _tasks_per_cell(store: Store) -> str:
     return "all tasks" if not n else f"{n} task{'s' if n != 1 else ''}"
 
 
+def budgets_line(runs) -> str:
+    """The post-training budgets the report's runs were trained with, one entry per distinct
+    (method, lr, steps, tasks x samples): methods may train at different budgets (planning_gym.scales)."""
+    from pretrain import rundir
+    seen = {}
+    for run in runs:
+        record = rundir.read_train_config(run) if Path(run).is_dir() else None
+        cfg = (record or {}).get("config", {})
+        if "method" in cfg and "lr" in cfg:
+            key = (cfg["method"].upper(), cfg["lr"], cfg["steps"], cfg["tasks_per_step"], cfg["group_size"])
+            seen[key] = seen.get(key, 0) + 1
+    if not seen:
+        return ""
+    parts = [f"{m} lr {lr:g} x {steps} steps of {tasks} tasks x {group} samples ({n} run{'s' if n != 1 else ''})"
+             for (m, lr, steps, tasks, group), n in seen.items()]
+    return "Post-training: " + "; ".join(parts) + "."
+
+
 def write(report: Report, store: Store, table_id: str, seconds: float, seeds: list[Store] | None = None) -> Path:
     """``table.md``, ``results.json`` and ``config.json`` into the table's folder; for a report
     merged over the stores ``seeds``: ``seeds.md``, ``seeds_results.json`` and ``seeds_config.json``."""
     out = store.out(table_id)
     stem, prefix = ("seeds", "seeds_") if seeds else ("table", "")
+    budgets = budgets_line(report.runs)
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
             f"{_tasks_per_cell(store)} per (split, difficulty) cell. "
             f"Built in {seconds / 60:.1f} min (including artifacts it had to build). "
-            "`paper` columns are the papers' numbers where they give them (SPEC §8); `–` where they do not.", ""]
+            "`paper` columns are the papers' numbers where they give them (SPEC §8); `–` where they do not."
+            + (f" {budgets}" if budgets else ""), ""]
     body = [s + "\n" for s in report.sections]
     if report.notes:
         body.append("**Notes**\n\n" + "\n".join(f"- {n}" for n in report.notes) + "\n")

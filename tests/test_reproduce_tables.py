@@ -289,6 +289,9 @@ def check_fig7(store, r, md):
     assert ("broader one (low quality, long horizons) — ours agrees." in md) == (eff["OPD"] > eff["GRPO"])
     assert all(r[c][f"{m} se"] is None for c in r if "/" in c for m in ("grpo", "opd"))
     assert "self-distillation" not in md                   # the 4 Opt student is not its own teacher
+    budgets = [f"{m.upper()} lr {c.lr:g} x {c.steps} steps of {c.tasks_per_step} tasks x {c.group_size} samples (9 runs)"
+               for m, c in ((m, store.posttrain_config(m)) for m in ("grpo", "opd"))]
+    assert "Post-training: " + "; ".join(budgets) + "." in md.splitlines()[2]     # each method's own budget
     low_long = r["4opt8sub/long"]
     assert (f"OPD − GRPO {low_long['opd avg'] - low_long['grpo avg']:+.1f} (one task): no difference beyond two "
             "standard errors") in md
