@@ -2,6 +2,7 @@
 
     python -m reproduce.estimate [--scale paper] [--gpu-flops 989e12] [--mfu 0.35]
                                  [--rollout-mfu 0.05] [--rollout-tok-s N] [--episode-tokens N] [--json PATH]
+                                 [--remaining [--root runs/reproduce] [--data-dir data] [--seed S]]
 
 Why this exists: the paper-scale path (issue 21) must say what it costs before it is run.  No
 GPU throughput has been measured in this project yet, so every rate below is an assumption,
@@ -9,7 +10,9 @@ printed as one; `scripts/gpu_check.sh`'s measured numbers should replace them (-
 --rollout-tok-s).  The store has no dry-run, so `plan` walks each table in `reproduce.cli`'s
 order, asking the same store for the same artifacts as the table functions in `reproduce/`
 (pretraining.py, shaping.py, merge.py, turnopd.py) with their own constants; an artifact counts
-once, against the first table that builds it (its marginal cost in `reproduce all`).  Budgets
+once, against the first table that builds it (its marginal cost in `reproduce all`); with
+--remaining, an artifact the store has already built under today's settings counts as built, not
+as cost -- what a multi-session run at small still has to do.  Budgets
 come from the real configs: `pretrain.config.make_config(scale)`, `Store.posttrain_config`,
 `Store.budget` (planning_gym.scales), FLOPs from `pretrain.model`.  Per seed; --seeds N costs N x.
 """
@@ -31,11 +34,12 @@ COLUMNS = ("pretrain_gpu_h", "posttrain_gpu_h", "eval_gpu_h")
 class Plan:
     """Artifacts of one scale, each costed once (FLOPs split into training and rollout work)."""
 
-    def __init__(self, scale: str, episode_tokens: int | None):
+    def __init__(self, scale: str, episode_tokens: int | None, store=None, remaining: bool = False):
         from pretrain.config import make_config
         from pretrain.model import analytic_params
         from reproduce.store import Store
-        self.store, self.scale = Store(scale), scale
+        self.store, self.scale = store or Store(scale), scale
+        self.remaining = remaining        # leave out what the store has already built (counted as "built")
         self.pre_cfg = make_config(scale)
         self.n = analytic_params(self.pre_cfg)       # vocab = the BPE target size (the trained one is close)
         probe = self.store.posttrain_config("opd")
@@ -50,8 +54,42 @@ class Plan:
         return new
 
     def _row(self) -> dict:
-        return self.rows.setdefault(self.table, dict(pretrain=0, posttrain=0, evals=0, train_flops=0.0,
+        return self.rows.setdefault(self.table, dict(pretrain=0, posttrain=0, evals=0, built=0, train_flops=0.0,
                                                      post_update_flops=0.0, post_rollout_flops=0.0, eval_flops=0.0))
+
+    def _built(self, kind: str, key: str, cfg=None, corpus: str = "") -> bool:
+        """With ``remaining``: is this artifact already in the store, built under today's settings?"""
+        if not self.remaining:
+            return False
+        import dataclasses
+
+        from pretrain import rundir
+        from reproduce.store import _changes
+        home = self.store.home
+        if kind == "pretrain":
+            done = rundir.is_finished(home / "pretrain" / key)
+        elif kind == "posttrain":
+            if "/" in key:                                   # one stage of an MOPD cascade: built with it
+                done = (home / "posttrain" / key.split("/")[0] / "mopd.json").is_file()
+            else:
+                run = home / "posttrain" / key
+                done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
+                                                                {"config": dataclasses.asdict(cfg)})
+        else:                                                # "<run>", "<run>@student" or "<run>@<step>"
+            run, _, at = key.rpartition("@")
+            if at == "student" or at.isdigit():
+                step = self.store.budget["student_step"] if at == "student" else int(at)
+                model = home / "pretrain" / run / "checkpoints" / f"step_{step:06d}"
+            else:                                            # a run (its name may hold "@<family>")
+                model = home / "pretrain" / key
+            if not model.exists():
+                return False
+            data = self.store.data_dir / corpus.partition("@")[0] if corpus else None
+            summary = self.store._eval_dir(model, data) / "summary.json"
+            done = summary.is_file() and self.store._same_protocol(json.loads(summary.read_text()))
+        if done:
+            self._row()["built"] += 1
+        return done
 
     def _eval_episodes(self, domains: int, splits: int = 2, bins: int = len(DIFFICULTIES), per_cell: int = 0) -> int:
         tasks = min(per_cell or self.store.budget["eval_tasks_per_cell"] or 10**9, CORPUS[self.scale]["test"])
@@ -64,7 +102,7 @@ class Plan:
         key = name if family == cfg.domains else f"{name}@{'+'.join(family)}"
         if name != self.store.corpus_config(domains=family).name:
             self.pretrained(domains=family)                 # the family base trains the tokenizer first
-        if self._new("pretrain " + key):
+        if self._new("pretrain " + key) and not self._built("pretrain", key):
             from pretrain.config import make_config
             from pretrain.model import train_flops_per_token
             c = make_config(self.scale, steps=steps)
@@ -74,14 +112,14 @@ class Plan:
         return key
 
     def evaluation(self, model: str, corpus: str = "", domains: int = 1) -> None:
-        if self._new(f"eval {model} {corpus}"):
+        if self._new(f"eval {model} {corpus}") and not self._built("eval", model, corpus=corpus):
             row = self._row()
             row["evals"] += 1
             row["eval_flops"] += 2.0 * self.n * self.episode_tokens * self._eval_episodes(domains)
 
     def posttrained(self, name: str, method: str, domains: int = 1, **overrides) -> str:
-        if self._new("posttrain " + name):
-            cfg = self.store.posttrain_config(method, **overrides)
+        cfg = self.store.posttrain_config(method, **overrides)
+        if self._new("posttrain " + name) and not self._built("posttrain", name, cfg):
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
             teacher = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
             splits, bins = len(cfg.eval_split_list), len(cfg.eval_difficulty_list or DIFFICULTIES)
@@ -94,12 +132,13 @@ class Plan:
         return name
 
 
-def plan(scale: str, episode_tokens: int | None = None) -> Plan:
-    """Every artifact of `reproduce all` at ``scale``, table by table (mirrors reproduce/*.py)."""
+def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False) -> Plan:
+    """Every artifact of `reproduce all` at ``scale``, table by table (mirrors reproduce/*.py);
+    with ``remaining``, only those ``store`` has not built yet."""
     from posttrain.teachers import REGIMES
     from reproduce import merge, pretraining, shaping, turnopd
     from reproduce.cli import REPRODUCTIONS
-    p = Plan(scale, episode_tokens)
+    p = Plan(scale, episode_tokens, store, remaining)
     steps = p.pre_cfg.steps
     for p.table in REPRODUCTIONS:
         t = p.table
@@ -173,10 +212,14 @@ def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok
         post = update + roll(r["post_rollout_flops"]) / 3600
         ev = roll(r["eval_flops"]) / 3600
         rows.append({"table": table, "artifacts": f"{r['pretrain']} pre-train, {r['posttrain']} post-train, "
-                     f"{r['evals']} eval", "pretrain_gpu_h": pre, "posttrain_gpu_h": post,
+                     f"{r['evals']} eval" + (f" (+{r['built']} already built)" if r["built"] else ""), "built": r["built"],
+                     "pretrain_gpu_h": pre, "posttrain_gpu_h": post,
                      "posttrain_update_gpu_h": update, "eval_gpu_h": ev, "total_gpu_h": pre + post + ev})
     total = {"table": "total", "artifacts": f"{sum(r['pretrain'] for r in p.rows.values())} pre-train, "
-             f"{sum(r['posttrain'] for r in p.rows.values())} post-train, {sum(r['evals'] for r in p.rows.values())} eval"}
+             f"{sum(r['posttrain'] for r in p.rows.values())} post-train, {sum(r['evals'] for r in p.rows.values())} eval",
+             "built": sum(r["built"] for r in p.rows.values())}
+    if total["built"]:
+        total["artifacts"] += f" (+{total['built']} already built)"
     for key in (*COLUMNS, "posttrain_update_gpu_h", "total_gpu_h"):
         total[key] = sum(r[key] for r in rows)
     return rows + [total]
@@ -195,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollout-mfu", type=float, default=0.05, help="rollout/evaluation FLOP utilisation (assumed)")
     ap.add_argument("--rollout-tok-s", type=float, default=None, help="measured rollout tokens/s (replaces --rollout-mfu)")
     ap.add_argument("--episode-tokens", type=int, default=None, help="tokens per episode (default: the upper bound)")
+    ap.add_argument("--remaining", action="store_true",
+                    help="cost only what the store (--root, --data-dir) has not built yet")
+    ap.add_argument("--root", default="runs/reproduce", help="the store's runs folder (with --remaining)")
+    ap.add_argument("--data-dir", default="data", help="the store's corpora folder (with --remaining)")
+    ap.add_argument("--seed", type=int, default=0, help="the store's seed (with --remaining)")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
 
     def run() -> int:
@@ -203,11 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, most in (("gpu_flops", None), ("rollout_tok_s", None), ("episode_tokens", None), ("mfu", 1.0),
                            ("rollout_mfu", 1.0)):
             _positive("--" + name.replace("_", "-"), getattr(a, name), most)
-        p = plan(a.scale, a.episode_tokens)
+        from reproduce.store import Store
+        store = Store(a.scale, Path(a.root), Path(a.data_dir), seed=a.seed)
+        p = plan(a.scale, a.episode_tokens, store, a.remaining)
         rows = hours(p, a.gpu_flops, a.mfu, a.rollout_mfu, a.rollout_tok_s)
         cfg = p.pre_cfg
         rate = f"{a.rollout_tok_s:g} tokens/s (given)" if a.rollout_tok_s else f"{a.rollout_mfu:g} of the peak"
-        print(f"# GPU-hours of `make reproduce-all SCALE={a.scale}` (one seed)\n")
+        print(f"# GPU-hours of `make reproduce-all SCALE={a.scale}` (one seed"
+              + (f"; what {store.home} has not built yet" if a.remaining else "") + ")\n")
         for line in (
                 "No GPU throughput has been measured in this project yet: every rate below is an assumption; "
                 "replace it with scripts/gpu_check.sh's numbers (--mfu, --rollout-tok-s).",
@@ -225,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                 "not counted: pre-training loss evaluations, corpus generation (CPU), the small probes (token "
                 "views, per-turn KL); TurnOPD's / TCOD-F2B's shortened rollouts are counted at full depth"):
             print(f"- {line}")
-        print("\n| table/figure | artifacts (new) | pre-train GPU-h | post-train GPU-h | eval GPU-h | total GPU-h |")
+        print(f"\n| table/figure | artifacts ({'to build' if a.remaining else 'new'}) | pre-train GPU-h | post-train GPU-h | eval GPU-h | total GPU-h |")
         print("|---|---|---:|---:|---:|---:|")
         for r in rows:
             b = "**" if r["table"] == "total" else ""

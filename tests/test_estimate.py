@@ -47,3 +47,39 @@ def test_bad_input_exits_2_with_one_line(argv, capsys):
 def test_command_line_exit_status():
     done = subprocess.run([sys.executable, "-m", "reproduce.estimate", "--scale", "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.strip().startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_remaining_leaves_out_what_the_store_has_built(tmp_path):
+    """--remaining costs only the artifacts the store lacks: a finished pre-training of the base
+    model, the cached evaluation of its student checkpoint (today's protocol) and a post-training
+    run built under today's settings drop out and are counted as built; a run built under another
+    budget does not."""
+    import dataclasses
+
+    from reproduce.store import Store
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data")
+    base = store.home / "pretrain" / store.corpus_config().name
+    for step in (200, 300):                          # tiny: student_step 200, the final checkpoint 300
+        (base / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+    (base / "summary.json").write_text("{}")
+    ev = store._eval_dir(base / "checkpoints" / "step_000200", None)
+    ev.mkdir(parents=True)
+    ev.joinpath("summary.json").write_text(json.dumps({"k": 8, "seed": 0, "max_tasks_per_cell": 1,
+                                                       "splits": ["ID", "OOD"], "table": []}))
+    for name, lr in (("turnopd-main-opd", None), ("turnopd-main-turnopd", 9e-4)):
+        method = name.rsplit("-", 1)[1]
+        cfg = store.posttrain_config(method, topk=50, eval_at_start=False, **({"lr": lr} if lr else {}))
+        run = store.home / "posttrain" / name
+        run.mkdir(parents=True)
+        (run / "train_config.json").write_text(json.dumps({"config": dataclasses.asdict(cfg)}))
+        (run / "summary.json").write_text("{}")
+    argv = ["--scale", "tiny", "--root", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+            "--rollout-tok-s", "100"]
+    full, left = rows(tmp_path, *argv), rows(tmp_path, *argv, "--remaining")
+    # fig3-4: the base model and its step-200 evaluation; fig7: that evaluation as the student's
+    assert (left["fig3-4"]["built"], left["fig7"]["built"], full["fig3-4"]["built"]) == (2, 1, 0)
+    assert left["fig3-4"]["pretrain_gpu_h"] < full["fig3-4"]["pretrain_gpu_h"]
+    assert left["fig7"]["eval_gpu_h"] < full["fig7"]["eval_gpu_h"]
+    assert left["turnopd"]["built"] == 1 and "(+1 already built)" in left["turnopd"]["artifacts"]
+    assert 0 < left["turnopd"]["posttrain_gpu_h"] < full["turnopd"]["posttrain_gpu_h"]    # TurnOPD: other lr
+    assert left["total"]["built"] == 4
