@@ -181,14 +181,36 @@ class Store:
         with self._exclusive(run):
             if (run / "mopd.json").is_file():
                 return run
-            shutil.rmtree(run, ignore_errors=True)   # stages are cheap to redo; a partial cascade is not reused
             values = {**self._posttrain_budget("opd"), "eval_every": 0, **overrides}     # MOPD's stages are OPD
-            argv = ["--student", str(student), "--out", str(run), "--scale", self.scale]
+            changed = self._changed_stages(run, student, teachers, **{**overrides, "eval_every": 0})
+            if changed:      # a cut-off cascade of other settings: not this one
+                self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
+                shutil.rmtree(run)
+            resume = run.is_dir()     # a cut-off cascade keeps its finished stages and continues the cut one
+            argv = ["--student", str(student), "--out", str(run), "--scale", self.scale] + (["--resume"] if resume else [])
             argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
             argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-            self.log(f"[reproduce] mopd {run}")
+            self.log(f"[reproduce] mopd {run}{' (resuming)' if resume else ''}")
             mopd_run(argv)
         return run
+
+    def _changed_stages(self, run: Path, student: Path, teachers: list[tuple[str, Path]], **overrides) -> str:
+        """What differs between the stages a cut-off cascade has started and the ones it would
+        start now (settings, teacher, student, cascade order); '' when nothing has started."""
+        expected = [f"stage_{i}_{d}" for i, (d, _) in enumerate(teachers, start=1)]
+        present = sorted(p.name for p in Path(run).glob("stage_*"))
+        if set(present) - set(expected):
+            return f"stages {', '.join(present)} (now {', '.join(expected)})"
+        previous = Path(student)
+        for name, (domain, teacher) in zip(expected, teachers):
+            cfg = self.posttrain_config("opd", **overrides, domains=domain)
+            wanted = {"config": dataclasses.asdict(cfg), "student": str(previous), "teacher": str(teacher)}
+            changed = _changes(Path(run) / name / rundir.TRAIN_CONFIG, wanted,
+                               {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
+            if changed:
+                return f"{name}: {changed}"
+            previous = Path(run) / name
+        return ""
 
     # ----- evaluation ------------------------------------------------------------------------------
     def evaluation(self, model: Path, corpus: Path | None = None, splits: tuple[str, ...] = ("ID", "OOD"),

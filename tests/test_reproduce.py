@@ -321,6 +321,38 @@ def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, 
     assert "lr=0.0007" in seen and "steps=9" in seen
 
 
+def test_a_cut_off_mopd_cascade_resumes_under_the_same_settings_and_restarts_under_others(tmp_path, monkeypatch):
+    """At small an MOPD stage trains for hours, so a cascade cut off by the end of a session must
+    keep its finished stages (``--resume``), unless it was started under other settings."""
+    import dataclasses
+
+    import posttrain.mopd
+    calls = []
+    monkeypatch.setattr(posttrain.mopd, "run", lambda argv: calls.append(argv))
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    student, teachers = tmp_path / "s", [("fa", tmp_path / "tfa"), ("lf", tmp_path / "tlf")]
+    run = store.home / "posttrain" / "m"
+
+    def started(stage: str, domain: str, stage_student: Path, lr=None) -> None:
+        cfg = store.posttrain_config("opd", eval_every=0, domains=domain, **({"lr": lr} if lr else {}))
+        (run / stage).mkdir(parents=True, exist_ok=True)
+        teacher = dict(teachers)[domain]
+        (run / stage / "train_config.json").write_text(json.dumps(
+            {"config": dataclasses.asdict(cfg), "student": str(stage_student), "teacher": str(teacher)}))
+    store.mopd("m", student, teachers)
+    assert "--resume" not in calls[-1]                                        # nothing started yet
+    started("stage_1_fa", "fa", student)
+    started("stage_2_lf", "lf", run / "stage_1_fa")
+    store.mopd("m", student, teachers)
+    assert "--resume" in calls[-1] and (run / "stage_1_fa").is_dir()        # kept, continued
+    started("stage_2_lf", "lf", run / "stage_1_fa", lr=3e-3)                 # a stage of another budget
+    store.mopd("m", student, teachers)
+    assert "--resume" not in calls[-1] and not run.exists()                 # the cascade starts over
+    started("stage_1_lf", "lf", student)                                      # another cascade order
+    store.mopd("m", student, teachers)
+    assert "--resume" not in calls[-1] and not run.exists()
+
+
 def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():
     from reproduce.pretraining import sample_information
     samples = [{"split": "ID", "task": t, "pattern": "T1", "actions": [f"make {t}", "done"]}
