@@ -80,9 +80,10 @@ REPRODUCE = {
     # MOPD's stages) at lr 2e-4 x 72 steps (+3.9 ± 1.9, from a +21.1-point teacher), where 12 steps
     # do not gain at 5e-5 (-0.3 ± 0.5), 2e-4 (+0.3 ± 0.9) or 5e-4 (-1.8 ± 1.5). Self-distillation is a
     # bit-identical no-op at any lr (an exactly zero gradient). The old budget (8 steps of 2 x 4 at lr
-    # 3e-4) lowered avg@8 in every Fig. 7 cell.
+    # 3e-4) lowered avg@8 in every Fig. 7 cell. A checkpoint every 4 steps: a 72-step run (~3-4 h on one
+    # core) outlasts a working session, and a cut-off run resumes from its newest checkpoint.
     "small": dict(eval_tasks_per_cell=16, student_step=400,
-                  posttrain=dict(steps=12, tasks_per_step=4, group_size=8, lr=5e-5, eval_every=6),
+                  posttrain=dict(steps=12, tasks_per_step=4, group_size=8, lr=5e-5, eval_every=6, ckpt_every=4),
                   posttrain_per_method={m: _SMALL_DISTILL for m in ("opd", "turnopd", "tcod")}),
     "paper": dict(eval_tasks_per_cell=0, student_step=3000, posttrain=dict()),   # 0: all 160 per cell
 }

@@ -308,6 +308,7 @@ def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, 
     small = store_module.BUDGETS["small"]
     assert small["posttrain_per_method"]["opd"] == small["posttrain_per_method"]["turnopd"] \
         == small["posttrain_per_method"]["tcod"]          # the distillation family shares one budget
+    assert 0 < small["posttrain"]["ckpt_every"] < small["posttrain_per_method"]["opd"]["steps"]   # resumable
     budgets = {"tiny": {**store_module.BUDGETS["tiny"], "posttrain": dict(steps=6, lr=1e-4),
                         "posttrain_per_method": {"opd": dict(steps=9, lr=7e-4)}}}
     monkeypatch.setattr(store_module, "BUDGETS", budgets)
