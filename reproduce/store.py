@@ -162,10 +162,15 @@ class Store:
         cfg = self.posttrain_config(method, **overrides)
         with self._exclusive(run):
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
-            changed = _changes(run / rundir.TRAIN_CONFIG, wanted,
-                               {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
-            if changed:      # built under other settings (a budget or default changed since): not this run
-                self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
+            diff = _differences(run / rundir.TRAIN_CONFIG, wanted,
+                                {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
+            if set(diff) == {"steps"} and _extendable(run, diff["steps"][0], cfg.steps):
+                # only longer: the lr is constant, so training on from the checkpoint at the old last step
+                # is the longer run (the budget sweep's rule); its summary goes until the new end
+                self.log(f"[reproduce] {run} was built with steps={diff['steps'][0]}; extending it to {cfg.steps}")
+                (run / rundir.SUMMARY).unlink(missing_ok=True)
+            elif diff:       # built under other settings (a budget or default changed since): not this run
+                self.log(f"[reproduce] {run} was built with {_describe(diff)}; rebuilding it")
                 shutil.rmtree(run)
             elif rundir.is_finished(run):
                 return run
@@ -307,20 +312,35 @@ def _covers(summary: dict, splits, difficulties) -> bool:
     return includes(summary.get("splits"), splits) and includes(summary.get("difficulties"), difficulties)
 
 
-def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> str:
-    """What differs between a run's recorded ``train_config.json`` and ``wanted`` ('' if nothing
-    or if there is no record yet). A setting the record predates counts as unchanged when
-    ``wanted`` gives it its default (``defaults``)."""
+def _differences(config_file: Path, wanted: dict, defaults: dict | None = None) -> dict:
+    """``{setting: (recorded, wanted)}`` for what differs between a run's recorded
+    ``train_config.json`` and ``wanted`` (empty if nothing or if there is no record yet). A setting
+    the record predates counts as unchanged when ``wanted`` gives it its default (``defaults``)."""
     try:
         have = json.loads(Path(config_file).read_text())
     except (OSError, ValueError):
-        return ""
+        return {}
 
     def flat(record: dict) -> dict:
         return {**{k: v for k, v in record.items() if k != "config"}, **record.get("config", {})}
     have, wanted = flat(have), flat(wanted)
     defaults = defaults or {}
-    diffs = [f"{k}={have.get(k)!r} (now {v!r})" for k, v in wanted.items()
-             if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)]
-    return ", ".join(diffs)
+    return {k: (have.get(k), v) for k, v in wanted.items()
+            if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)}
+
+
+def _describe(diff: dict) -> str:
+    return ", ".join(f"{k}={old!r} (now {new!r})" for k, (old, new) in diff.items())
+
+
+def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> str:
+    """`_differences` as one line ('' when nothing differs)."""
+    return _describe(_differences(config_file, wanted, defaults))
+
+
+def _extendable(run: Path, old_steps, new_steps: int) -> bool:
+    """Can a run recorded with ``old_steps`` become the ``new_steps`` run by training on? Only when it
+    is longer and the run holds a checkpoint at or before its old end to continue from."""
+    from pretrain.checkpoint import latest_checkpoint
+    return isinstance(old_steps, int) and new_steps > old_steps and latest_checkpoint(run) is not None
 

@@ -281,25 +281,34 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
 
     class FakeTrainer:
         def __init__(self, cfg, student, teacher, out, data, resume):
-            self.cfg, self.student, self.teacher, self.out = cfg, student, teacher, out
+            self.cfg, self.student, self.teacher, self.out, self.resume = cfg, student, teacher, out, resume
 
         def fit(self):
             built.append(self.cfg.lr)
+            resumed.append(self.resume)
             self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "checkpoints" / f"step_{self.cfg.steps:06d}").mkdir(parents=True, exist_ok=True)
             (self.out / "train_config.json").write_text(json.dumps(
                 {"config": dataclasses.asdict(self.cfg), "student": str(self.student),
                  "teacher": str(self.teacher) if self.teacher else None}))
             (self.out / "summary.json").write_text("{}")
     monkeypatch.setattr(posttrain.train, "Trainer", FakeTrainer)
-    logs = []
+    logs, resumed = [], []
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=logs.append)
     student, teacher = tmp_path / "s", tmp_path / "t"
     run = store.posttrained("x", "opd", student, teacher)
     assert store.posttrained("x", "opd", student, teacher) == run and built == [1e-4]       # reused
     store.posttrained("x", "opd", student, teacher, lr=3e-4)
-    assert built == [1e-4, 3e-4] and "lr=0.0001 (now 0.0003)" in logs[-2]
+    assert built == [1e-4, 3e-4] and "lr=0.0001 (now 0.0003)" in logs[-2] and resumed[-1] is False
     store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4)
     assert len(built) == 3 and "teacher=" in logs[-2]
+    # only longer (the lr is constant): the run trains on from its last checkpoint instead of restarting
+    steps = store.posttrain_config("opd").steps
+    store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4, steps=steps + 4)
+    assert resumed[-1] is True and (run / "checkpoints" / f"step_{steps:06d}").is_dir()
+    assert f"extending it to {steps + 4}" in logs[-2]
+    store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4, steps=steps)   # shorter: rebuilt
+    assert resumed[-1] is False and not (run / "checkpoints" / f"step_{steps + 4:06d}").exists()
 
 
 def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, monkeypatch):
