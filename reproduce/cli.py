@@ -4,6 +4,8 @@
     python -m reproduce all --scale tiny         # every table, in dependency order
     python -m reproduce table4 --scale tiny --seeds 3   # three seeds, mean ± SE
     python -m reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
+    python -m reproduce fig7 --scale small --seeds 3 --jobs 3   # one table, its seeds in parallel
+    python -m reproduce fig7 --scale small --seed 2     # only seed 2 (another machine's share)
     python -m reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
@@ -15,6 +17,8 @@ each once and a rerun only evaluates what is missing.  Budgets per scale are in
 With ``--seeds N`` every model is trained and sampled N times (seed s lives under
 ``<root>/<scale>-seed<s>``, seed 0 under ``<root>/<scale>``; the corpora are shared), each seed
 writes its own table, and ``<root>/<scale>/<table>/seeds.md`` gives every number as mean ± SE over the seeds.
+For one table, ``--jobs J`` trains up to J seeds at once (one process per seed, ``--seed s``), then
+merges them; seeds share only the corpora, so they never wait on each other's artifacts.
 """
 from __future__ import annotations
 
@@ -168,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
     p.add_argument("--data-dir", default="data")
     p.add_argument("--seeds", type=int, default=1, help="train and sample every model with seeds 0..N-1 (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="only this seed (its own table, no merge)")
     p.add_argument("--jobs", type=int, default=1,
                    help="with all: run this many tables at once, one process each (default 1)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
@@ -185,10 +190,23 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproductionError(f"--seeds must be at least 1, not {args.seeds}")
         if args.jobs < 1:
             raise ReproductionError(f"--jobs must be at least 1, not {args.jobs}")
-        stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in range(args.seeds)]
+        if args.seed is not None and (args.seed < 0 or args.seeds != 1):
+            raise ReproductionError("--seed S runs one seed (S >= 0); it cannot be combined with --seeds")
+        seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
+        stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in seeds]
         todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
         t0 = time.time()
-        if args.jobs > 1 and len(todo) > 1:
+        if args.jobs > 1 and len(todo) == 1 and len(stores) > 1:     # one table: its seeds side by side
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir]
+            by_seed = {str(s.seed): s for s in stores}
+            failed = run_tables(list(by_seed), args.jobs,
+                                lambda s: [sys.executable, "-m", "reproduce", todo[0], *same, "--seed", s],
+                                lambda s: by_seed[s].out(todo[0]))
+            if failed:
+                print(f"error: seed(s) {', '.join(failed)} of {todo[0]} failed (see their reproduce.log)", file=sys.stderr)
+                return 1
+            reproduce_seeds(todo[0], stores)        # every artifact is built: this only reads and merges
+        elif args.jobs > 1 and len(todo) > 1:
             same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--seeds", str(args.seeds)]
             failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "reproduce", t, *same],
                                 stores[0].out)

@@ -4,6 +4,7 @@ Training itself is replaced by a recorder here (the stages have their own tests)
 is the bookkeeping that makes `make reproduce-all` build each artifact once and correctly.
 """
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,38 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
     assert repro.main(args[:-1] + ["0"]) == 2
 
 
+def test_one_tables_seeds_run_side_by_side_then_merge(tmp_path, monkeypatch):
+    """``--seeds 3 --jobs 2`` on one table: one process per seed (``--seed s``), then the merge;
+    ``--seed`` alone builds that seed's table only."""
+    from reproduce import cli as repro
+
+    def fake_table(store):
+        r = Report("fake")
+        r.add("numbers", ["x"], [[float(store.seed)]])
+        r.results = {"x": float(store.seed)}
+        return r
+    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
+    spawned = []
+
+    def in_process(keys, jobs, command, log_dir, say=print):      # run_tables, without subprocesses
+        for key in keys:
+            argv = command(key)
+            spawned.append((key, argv[argv.index("--seed") + 1], jobs, log_dir(key)))
+            assert argv[:4] == [sys.executable, "-m", "reproduce", "fake"] and repro.main(argv[3:]) == 0
+        return []
+    monkeypatch.setattr(repro, "run_tables", in_process)
+    root = tmp_path / "out"
+    base = ["fake", "--scale", "tiny", "--root", str(root), "--data-dir", str(tmp_path / "data")]
+    assert repro.main(base + ["--seed", "1"]) == 0 and not spawned
+    assert (root / "tiny-seed1" / "fake" / "table.md").is_file() and not (root / "tiny" / "fake").exists()
+    assert repro.main(base + ["--seeds", "3", "--jobs", "2"]) == 0
+    assert [(k, s, j) for k, s, j, _ in spawned] == [("0", "0", 2), ("1", "1", 2), ("2", "2", 2)]
+    assert spawned[2][3] == root / "tiny-seed2" / "fake"                       # each seed logs in its own folder
+    assert "| 1.0 ± 0.577 |" in (root / "tiny" / "fake" / "seeds.md").read_text()
+    for bad in (["--seed", "1", "--seeds", "2"], ["--seed", "-1"]):
+        assert repro.main(base + bad) == 2
+
+
 
 def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp_path, monkeypatch):
     import dataclasses
@@ -402,8 +435,6 @@ def test_table1_verdicts_follow_our_numbers_not_the_papers():
 
 
 def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_named(tmp_path):
-    import sys
-
     from reproduce.cli import run_tables
     # each fake table records when it started and ended; "bad" exits 3
     script = ("import sys, time, pathlib; t = sys.argv[1]; p = pathlib.Path(sys.argv[2]);"
