@@ -70,8 +70,9 @@ def budgets_line(runs) -> str:
     (method, lr, steps, tasks x samples): methods may train at different budgets (planning_gym.scales)."""
     from pretrain import rundir
     seen = {}
-    for run in runs:
-        record = rundir.read_train_config(run) if Path(run).is_dir() else None
+    folders = [f for run in map(Path, runs) for f in (run, *sorted(run.glob("stage_*")))]  # MOPD: its stages
+    for run in folders:
+        record = rundir.read_train_config(run) if run.is_dir() else None
         cfg = (record or {}).get("config", {})
         if "method" in cfg and "lr" in cfg:
             key = (cfg["method"].upper(), cfg["lr"], cfg["steps"], cfg["tasks_per_step"], cfg["group_size"])
@@ -120,10 +121,16 @@ def reproduce(table_id: str, store: Store) -> Report:
     return report
 
 
-def reproduce_seeds(table_id: str, stores: list[Store]) -> Path:
-    """The table once per store (seed); with more than one, ``seeds.md`` in the first's folder."""
+def reproduce_seeds(table_id: str, stores: list[Store], rewrite: bool = True) -> Path:
+    """The table once per store (seed); with more than one, ``seeds.md`` in the first's folder.
+    ``rewrite=False``: each seed's own table was just written by its own process; only merge."""
     t0 = time.time()
-    reports = [reproduce(table_id, store) for store in stores]
+    if rewrite:
+        reports = [reproduce(table_id, store) for store in stores]
+    else:
+        reports = [REPRODUCTIONS[table_id][1](store) for store in stores]
+        for report in reports:
+            report.title = report.title or REPRODUCTIONS[table_id][0]
     if len(stores) == 1:
         return stores[0].out(table_id) / "table.md"
     merged = merge_seeds(reports, [s.seed for s in stores])
@@ -205,9 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             if failed:
                 print(f"error: seed(s) {', '.join(failed)} of {todo[0]} failed (see their reproduce.log)", file=sys.stderr)
                 return 1
-            reproduce_seeds(todo[0], stores)        # every artifact is built: this only reads and merges
+            reproduce_seeds(todo[0], stores, rewrite=False)    # every artifact is built: read and merge
         elif args.jobs > 1 and len(todo) > 1:
-            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--seeds", str(args.seeds)]
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir,
+                    *(["--seed", str(args.seed)] if args.seed is not None else ["--seeds", str(args.seeds)])]
             failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "reproduce", t, *same],
                                 stores[0].out)
             if failed:

@@ -72,9 +72,10 @@ class Plan:
             if "/" in key:                                   # one stage of an MOPD cascade: built with it
                 done = (home / "posttrain" / key.split("/")[0] / "mopd.json").is_file()
             else:
-                run = home / "posttrain" / key
+                run = home / "posttrain" / key     # settings only: the plan does not know the runs' paths
+                defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
                 done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
-                                                                {"config": dataclasses.asdict(cfg)})
+                                                                {"config": dataclasses.asdict(cfg)}, defaults)
         else:                                                # "<run>", "<run>@student" or "<run>@<step>"
             run, _, at = key.rpartition("@")
             if at == "student" or at.isdigit():

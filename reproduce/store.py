@@ -164,7 +164,7 @@ class Store:
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
             diff = _differences(run / rundir.TRAIN_CONFIG, wanted,
                                 {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
-            if set(diff) == {"steps"} and _extendable(run, diff["steps"][0], cfg.steps):
+            if set(diff) == {"steps"} and _extendable(run, method, diff["steps"][0], cfg.steps):
                 # only longer: the lr is constant, so training on from the checkpoint at the old last step
                 # is the longer run (the budget sweep's rule); its summary goes until the new end
                 self.log(f"[reproduce] {run} was built with steps={diff['steps'][0]}; extending it to {cfg.steps}")
@@ -184,13 +184,14 @@ class Store:
         from posttrain.mopd import run as mopd_run
         run = self.home / "posttrain" / name
         with self._exclusive(run):
-            if (run / "mopd.json").is_file():
-                return run
-            values = {**self._posttrain_budget("opd"), "eval_every": 0, **overrides}     # MOPD's stages are OPD
-            changed = self._changed_stages(run, student, teachers, **{**overrides, "eval_every": 0})
-            if changed:      # a cut-off cascade of other settings: not this one
+            stage_overrides = {"eval_every": 0, **overrides}
+            changed = self._changed_stages(run, student, teachers, **stage_overrides)
+            if changed:      # a cascade (finished or cut off) of other settings: not this one
                 self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
                 shutil.rmtree(run)
+            elif (run / "mopd.json").is_file():
+                return run
+            values = {**self._posttrain_budget("opd"), **stage_overrides}     # MOPD's stages are OPD
             resume = run.is_dir()     # a cut-off cascade keeps its finished stages and continues the cut one
             argv = ["--student", str(student), "--out", str(run), "--scale", self.scale] + (["--resume"] if resume else [])
             argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
@@ -200,8 +201,8 @@ class Store:
         return run
 
     def _changed_stages(self, run: Path, student: Path, teachers: list[tuple[str, Path]], **overrides) -> str:
-        """What differs between the stages a cut-off cascade has started and the ones it would
-        start now (settings, teacher, student, cascade order); '' when nothing has started."""
+        """What differs between the stages a cascade (finished or cut off) has started and the ones it
+        would start now (settings, teacher, student, cascade order); '' when nothing has started."""
         expected = [f"stage_{i}_{d}" for i, (d, _) in enumerate(teachers, start=1)]
         present = sorted(p.name for p in Path(run).glob("stage_*"))
         if set(present) - set(expected):
@@ -338,9 +339,16 @@ def _changes(config_file: Path, wanted: dict, defaults: dict | None = None) -> s
     return _describe(_differences(config_file, wanted, defaults))
 
 
-def _extendable(run: Path, old_steps, new_steps: int) -> bool:
-    """Can a run recorded with ``old_steps`` become the ``new_steps`` run by training on? Only when it
-    is longer and the run holds a checkpoint at or before its old end to continue from."""
+# Methods whose step t does not depend on the run's total step count (TurnOPD's blend weight is
+# alpha_at(t, steps), TCOD-F2B's window grows every steps // 8): only these can be extended.
+EXTENDABLE = ("grpo", "opd")
+
+
+def _extendable(run: Path, method: str, old_steps, new_steps: int) -> bool:
+    """Can a ``method`` run recorded with ``old_steps`` become the ``new_steps`` run by training on?
+    Only when it is longer, the method's steps do not depend on the total, and the run holds a
+    checkpoint to continue from (its metrics keep the old final evaluation as an intermediate one)."""
     from pretrain.checkpoint import latest_checkpoint
-    return isinstance(old_steps, int) and new_steps > old_steps and latest_checkpoint(run) is not None
+    return method in EXTENDABLE and isinstance(old_steps, int) and new_steps > old_steps \
+        and latest_checkpoint(run) is not None
 

@@ -286,23 +286,32 @@ def test_one_tables_seeds_run_side_by_side_then_merge(tmp_path, monkeypatch):
     monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
     spawned = []
 
-    def in_process(keys, jobs, command, log_dir, say=print):      # run_tables, without subprocesses
+    def in_process(keys, jobs, command, log_dir, say=print):      # run_tables, recording what it would start
         for key in keys:
             argv = command(key)
             spawned.append((key, argv[argv.index("--seed") + 1], jobs, log_dir(key)))
-            assert argv[:4] == [sys.executable, "-m", "reproduce", "fake"] and repro.main(argv[3:]) == 0
+            assert argv[:4] == [sys.executable, "-m", "reproduce", "fake"]
         return []
     monkeypatch.setattr(repro, "run_tables", in_process)
     root = tmp_path / "out"
     base = ["fake", "--scale", "tiny", "--root", str(root), "--data-dir", str(tmp_path / "data")]
     assert repro.main(base + ["--seed", "1"]) == 0 and not spawned
     assert (root / "tiny-seed1" / "fake" / "table.md").is_file() and not (root / "tiny" / "fake").exists()
+    seed1_table = root / "tiny-seed1" / "fake" / "table.md"
+    seed1_table.write_text("written by seed 1's own process")
     assert repro.main(base + ["--seeds", "3", "--jobs", "2"]) == 0
     assert [(k, s, j) for k, s, j, _ in spawned] == [("0", "0", 2), ("1", "1", 2), ("2", "2", 2)]
     assert spawned[2][3] == root / "tiny-seed2" / "fake"                       # each seed logs in its own folder
     assert "| 1.0 ± 0.577 |" in (root / "tiny" / "fake" / "seeds.md").read_text()
+    assert seed1_table.read_text() == "written by seed 1's own process"           # the merge only reads
+    assert not (root / "tiny-seed2" / "fake" / "table.md").exists()
     for bad in (["--seed", "1", "--seeds", "2"], ["--seed", "-1"]):
         assert repro.main(base + bad) == 2
+    commands = []                                        # every table, one seed: each process gets that seed
+    monkeypatch.setattr(repro, "run_tables", lambda keys, jobs, command, log_dir, say=print:
+                        commands.extend(command(k) for k in keys) or [])
+    assert repro.main(["all"] + base[1:] + ["--seed", "1", "--jobs", "2"]) == 0
+    assert commands and all(c[c.index("--seed") + 1] == "1" and "--seeds" not in c for c in commands)
 
 
 
@@ -342,6 +351,9 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
     assert f"extending it to {steps + 4}" in logs[-2]
     store.posttrained("x", "opd", student, tmp_path / "other teacher", lr=3e-4, steps=steps)   # shorter: rebuilt
     assert resumed[-1] is False and not (run / "checkpoints" / f"step_{steps + 4:06d}").exists()
+    store.posttrained("y", "turnopd", student, teacher)      # TurnOPD's blend weight depends on the total steps:
+    store.posttrained("y", "turnopd", student, teacher, steps=steps + 4)      # a longer run is a new run
+    assert resumed[-2:] == [False, False] and "rebuilding it" in logs[-2]
 
 
 def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, monkeypatch):
@@ -394,6 +406,15 @@ def test_a_cut_off_mopd_cascade_resumes_under_the_same_settings_and_restarts_und
     started("stage_1_lf", "lf", student)                                      # another cascade order
     store.mopd("m", student, teachers)
     assert "--resume" not in calls[-1] and not run.exists()
+    started("stage_1_fa", "fa", student)                                      # a finished cascade is reused ...
+    started("stage_2_lf", "lf", run / "stage_1_fa")
+    (run / "mopd.json").write_text("[]")
+    n = len(calls)
+    store.mopd("m", student, teachers)
+    assert len(calls) == n
+    started("stage_2_lf", "lf", run / "stage_1_fa", lr=3e-3)                 # ... only under today's settings
+    store.mopd("m", student, teachers)
+    assert len(calls) == n + 1 and "--resume" not in calls[-1] and not run.exists()
 
 
 def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():

@@ -326,6 +326,8 @@ def check_table4(store, r, md):
 def check_mopd(store, r, md):
     from reproduce.merge import CASCADE, build
     assert set(REGIMES) <= set(r)
+    c = store.posttrain_config("opd")
+    assert f"Post-training: OPD lr {c.lr:g} x {c.steps} steps" in md.splitlines()[2]      # read from the stages
     for regime in REGIMES:
         a, scores = build(store, regime), r[regime]["scores"]
         for d in CASCADE:
