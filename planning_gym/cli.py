@@ -53,10 +53,30 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _interrupt_redelivery(fallback: Callable, pending: list) -> Callable:
+    """An unraisable hook: a Ctrl-C that lands while a finalizer (``__del__``, e.g. a progress bar
+    closing during a checkpoint save) runs is printed as "Exception ignored" and lost, and the run
+    would go on. Send it again a moment later, when ordinary code runs (the timer goes in
+    ``pending``, so that it can be cancelled); other unraisable errors are reported as usual."""
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            import signal
+            import threading
+            timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+            timer.daemon = True
+            pending.append(timer)
+            timer.start()
+            return
+        fallback(unraisable)
+    return hook
+
+
 def entry(main: Callable[[], int], *, rank0: bool = True) -> int:
     """Run ``main`` and turn user errors into one line: UsageError and OSError (an unwritable or
     full disk, a path that is a file) exit 2, Ctrl-C exits 130 leaving whatever was checkpointed."""
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if rank0 else (lambda m: None)
+    previous_hook, pending = sys.unraisablehook, []
+    sys.unraisablehook = _interrupt_redelivery(previous_hook, pending)
     try:
         return main()
     except UsageError as exc:
@@ -70,6 +90,10 @@ def entry(main: Callable[[], int], *, rank0: bool = True) -> int:
         say("interrupted: stopped; checkpoints already written are kept (rerun with --resume where the "
             "command has it)")
         return 130
+    finally:
+        sys.unraisablehook = previous_hook
+        for timer in pending:
+            timer.cancel()
 
 
 # ----------------------------------------------------------------------------- config fields

@@ -301,6 +301,34 @@ def test_ctrl_c_is_one_line_and_leaves_resumable_state(world, tmp_path):        
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
 
 
+def test_a_ctrl_c_that_lands_in_a_finalizer_still_stops_the_run():
+    """Python swallows a KeyboardInterrupt raised inside ``__del__`` ("Exception ignored"), so a
+    Ctrl-C during, say, a progress bar's cleanup in a checkpoint save was lost and training went on
+    (the likely cause of one hung `test_ctrl_c_...` under load). `entry` sends it again."""
+    script = """
+import os, signal, sys, threading, time
+from planning_gym.cli import entry
+def spin(seconds):
+    t = time.time()
+    while time.time() - t < seconds:
+        pass
+class Finalized:
+    def __del__(self):
+        spin(0.3)
+def main():
+    for _ in range(10):
+        spin(0.3)
+        f = Finalized(); del f
+    print("finished", flush=True)
+    return 0
+threading.Timer(0.45, os.kill, (os.getpid(), signal.SIGINT)).start()   # inside the first __del__
+sys.exit(entry(main))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and "finished" not in done.stdout
+    assert "interrupted" in done.stderr and "Traceback" not in done.stderr.split("interrupted")[-1]
+
+
 def test_publish_refuses_a_partial_reproduction_and_swaps_a_finished_one_in_whole(tmp_path, capsys):  # [9]
     from reproduce.publish import main
     runs, results = tmp_path / "runs", tmp_path / "results"
