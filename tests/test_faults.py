@@ -285,13 +285,19 @@ def test_mopd_and_teachers_refuse_a_non_empty_output_unless_asked(world, tmp_pat
     one_error_line(capsys, teachers(["--student", str(run), "--out", str(out), "--recipe", "B"]), "is not empty")
 
 
+def _sigint_as_a_terminal_sends_it() -> None:
+    """For a child process: Ctrl-C's default action. A shell runs background jobs with SIGINT
+    ignored and children inherit that, so `make test &` would otherwise never interrupt them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_one_line_and_leaves_resumable_state(world, tmp_path):                   # [16]
     root, corpus, run = world
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "pretrain.train", "--data", str(corpus), "--out", str(out),
                              "--scale", "tiny", "--steps", "2000", "--set", "ckpt_every=1"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=_sigint_as_a_terminal_sends_it)
     deadline = time.time() + 120
     while not (out / "checkpoints").is_dir() or not any((out / "checkpoints").glob("step_*")):
         assert time.time() < deadline and proc.poll() is None
@@ -303,8 +309,8 @@ def test_ctrl_c_is_one_line_and_leaves_resumable_state(world, tmp_path):        
 
 def test_a_ctrl_c_that_lands_in_a_finalizer_still_stops_the_run():
     """Python swallows a KeyboardInterrupt raised inside ``__del__`` ("Exception ignored"), so a
-    Ctrl-C during, say, a progress bar's cleanup in a checkpoint save was lost and training went on
-    (the likely cause of one hung `test_ctrl_c_...` under load). `entry` sends it again."""
+    Ctrl-C during, say, a progress bar's cleanup in a checkpoint save was lost and training went on.
+    `entry` sends it again."""
     script = """
 import os, signal, sys, threading, time
 from planning_gym.cli import entry
@@ -324,7 +330,8 @@ def main():
 threading.Timer(0.45, os.kill, (os.getpid(), signal.SIGINT)).start()   # inside the first __del__
 sys.exit(entry(main))
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          preexec_fn=_sigint_as_a_terminal_sends_it)
     assert done.returncode == 130 and "finished" not in done.stdout
     assert "interrupted" in done.stderr and "Traceback" not in done.stderr.split("interrupted")[-1]
 
