@@ -245,6 +245,14 @@ def test_seeds_merge_numbers_into_mean_and_se_and_keep_what_agrees():
     assert merged.notes == ["agrees", "seed 0: only seed 0", "seed 1: only seed 1", "seed 2: only seed 2"]
 
 
+def seed_table(store) -> Report:
+    """A fake reproduction whose one number is its store's seed (the merge's mean over 0, 1, 2 is 1)."""
+    r = Report("fake")
+    r.add("numbers", ["x"], [[float(store.seed)]])
+    r.results = {"x": float(store.seed)}
+    return r
+
+
 def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tmp_path, fake_pretrain, monkeypatch):
     from reproduce import cli as repro
     seeded = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=2)
@@ -253,12 +261,7 @@ def test_each_seed_trains_in_its_own_home_and_the_cli_writes_the_merged_table(tm
     assert seeded.pretrained() == tmp_path / "runs" / "tiny-seed2" / "pretrain" / "fa-tiny"
     assert seeded.describe()["seed"] == 2
 
-    def fake_table(store):
-        r = Report("fake")
-        r.add("numbers", ["x"], [[float(store.seed)]])
-        r.results = {"x": float(store.seed)}
-        return r
-    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
+    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", seed_table))
     args = ["fake", "--scale", "tiny", "--root", str(tmp_path / "out"), "--seeds", "3"]
     assert repro.main(args) == 0
     for home in ("tiny", "tiny-seed1", "tiny-seed2"):
@@ -278,12 +281,7 @@ def test_one_tables_seeds_run_side_by_side_then_merge(tmp_path, monkeypatch):
     ``--seed`` alone builds that seed's table only."""
     from reproduce import cli as repro
 
-    def fake_table(store):
-        r = Report("fake")
-        r.add("numbers", ["x"], [[float(store.seed)]])
-        r.results = {"x": float(store.seed)}
-        return r
-    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", fake_table))
+    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", seed_table))
     spawned = []
 
     def in_process(keys, jobs, command, log_dir, say=print):      # run_tables, recording what it would start
