@@ -64,7 +64,7 @@ class Plan:
         import dataclasses
 
         from pretrain import rundir
-        from reproduce.store import _changes
+        from reproduce.store import _changes, _defaults
         home = self.store.home
         if kind == "pretrain":
             done = rundir.is_finished(home / "pretrain" / key)
@@ -73,9 +73,8 @@ class Plan:
                 done = (home / "posttrain" / key.split("/")[0] / "mopd.json").is_file()
             else:
                 run = home / "posttrain" / key     # settings only: the plan does not know the runs' paths
-                defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
                 done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
-                                                                {"config": dataclasses.asdict(cfg)}, defaults)
+                                                                {"config": dataclasses.asdict(cfg)}, _defaults(cfg))
         else:                                                # "<run>", "<run>@student" or "<run>@<step>"
             run, _, at = key.rpartition("@")
             if at == "student" or at.isdigit():

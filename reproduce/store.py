@@ -163,7 +163,7 @@ class Store:
         with self._exclusive(run):
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
             diff = _differences(run / rundir.TRAIN_CONFIG, wanted,
-                                {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
+                                _defaults(cfg))
             if set(diff) == {"steps"} and _extendable(run, method, diff["steps"][0], cfg.steps):
                 # only longer: the lr is constant, so training on from the checkpoint at the old last step
                 # is the longer run (the budget sweep's rule); its summary goes until the new end
@@ -212,7 +212,7 @@ class Store:
             cfg = self.posttrain_config("opd", **overrides, domains=domain)
             wanted = {"config": dataclasses.asdict(cfg), "student": str(previous), "teacher": str(teacher)}
             changed = _changes(Path(run) / name / rundir.TRAIN_CONFIG, wanted,
-                               {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING})
+                               _defaults(cfg))
             if changed:
                 return f"{name}: {changed}"
             previous = Path(run) / name
@@ -328,6 +328,11 @@ def _differences(config_file: Path, wanted: dict, defaults: dict | None = None) 
     defaults = defaults or {}
     return {k: (have.get(k), v) for k, v in wanted.items()
             if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)}
+
+
+def _defaults(cfg) -> dict:
+    """The declared defaults of a config dataclass (a record that predates a field had its default)."""
+    return {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
 
 
 def _describe(diff: dict) -> str:
