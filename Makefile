@@ -19,7 +19,7 @@ TEACHER  ?=
 OUT      ?=
 SET      ?=
 
-.PHONY: help venv test test-fast test-floor data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves region-map reproduce reproduce-all publish bench-gym bench-train bench-rollout bench-update vllm clean
+.PHONY: help venv test test-fast test-floor data baselines pretrain eval grpo opd turnopd tcod teacher mopd export curves region-map reproduce reproduce-all publish carry restore bench-gym bench-train bench-rollout bench-update vllm clean
 .DEFAULT_GOAL := help
 
 help:
@@ -37,6 +37,7 @@ help:
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] [JOBS=3] one paper table/figure (JOBS: seeds at once; no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked)"
+	@echo "make carry SCALE=small [SEED=0] / make restore ...  finished artifacts, no weights, to/from results/<scale>/carry/"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 	@echo "make vllm                                          the optional vLLM backend in .venv-vllm (--backend vllm)"
 
@@ -133,6 +134,11 @@ reproduce-all: $(STAMP)
 publish: $(STAMP)
 	@test -n "$(TABLE)" -a -n "$(SCALE)" || { echo "error: make publish needs TABLE=... and SCALE=..."; exit 2; }
 	$(BIN)/python -m reproduce.publish $(TABLE) --scale $(SCALE) --runs $(RUNS_ROOT)
+
+# A store's finished work without its weights, to carry to another machine or session (reproduce.carry)
+carry restore: $(STAMP)
+	@test -n "$(SCALE)" || { echo "error: make $@ needs SCALE=..."; exit 2; }
+	$(BIN)/python -m reproduce.carry $(subst carry,save,$@) --scale $(SCALE) --seed $(SEED) --root $(RUNS_ROOT)
 
 eval: $(STAMP)
 	$(call need,RUN,a run folder)

@@ -25,7 +25,7 @@ __all__ = ["token_kl_frame", "kl_group_summary", "per_turn_kl", "loss_budget_sha
            "compare_loss_budgets", "PATTERN_COLUMNS", "pattern_labels", "pattern_distribution",
            "pattern_table", "REGIONS", "region_labels", "region_counts", "same_step_table",
            "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds",
-           "paired_difference", "task_score"]
+           "paired_difference", "task_score", "verdict"]
 
 
 # ----------------------------------------------------------------------------- token KL (Fig. 13)
@@ -250,19 +250,23 @@ PERCENT_FIELDS = ("success", "stuck")     # per-sample booleans, averaged per ta
 
 
 def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
-                      difficulty: str = "all", field: str = "success") -> tuple[float, float, int]:
+                      difficulty: str = "all", field: str = "success", metric: str = "avg") -> tuple[float, float, int]:
     """Mean and standard error over tasks of ``a``'s minus ``b``'s per-task mean of ``field`` (the
     success rate by default; ``stuck`` also in percent, ``n_invalid`` in invalid actions per
-    episode), from two evaluations' per-sample records (``samples.jsonl``) on the same tasks.
+    episode), from two evaluations' per-sample records (``samples.jsonl``) on the same tasks;
+    ``metric="pass"`` takes each task's maximum instead (pass@k for ``success``).
 
     Pairing by task removes the task-to-task spread that dominates when a cell holds a few tasks;
     the standard error is NaN for a single task. ``difficulty="all"`` pools the bins."""
+    if metric not in ("avg", "pass"):
+        raise ValueError(f"metric must be 'avg' or 'pass', not {metric!r}")
     unit = 100.0 if field in PERCENT_FIELDS else 1.0
 
     def rates(samples):
         rows = pd.DataFrame([{"task": x["task"], "value": float(x[field])} for x in samples
                              if x["split"] == split and difficulty in ("all", x["difficulty"])])
-        return rows.groupby("task")["value"].mean() * unit if len(rows) else pd.Series(dtype=float)
+        return rows.groupby("task")["value"].agg("mean" if metric == "avg" else "max") * unit if len(rows) \
+            else pd.Series(dtype=float)
     ra, rb = rates(a), rates(b)
     if set(ra.index) != set(rb.index):
         raise ValueError(f"paired_difference: the evaluations cover different {split}/{difficulty} tasks "
@@ -272,6 +276,16 @@ def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
     diff = (ra - rb.reindex(ra.index)).to_numpy()
     se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     return float(diff.mean()), se, len(diff)
+
+
+def verdict(delta: float, se: float, paper_sign: float) -> str:
+    """The scoreboard's rule for a paired difference ``delta`` ± ``se``: "agrees" when it lies beyond
+    two standard errors on the paper's side (``paper_sign``: the sign the paper's difference has),
+    "disagrees" beyond two on the other side, else "cannot tell" (so too with no standard error,
+    i.e. a single task)."""
+    if delta != delta or se != se or abs(delta) <= 2 * se:
+        return "cannot tell"
+    return "agrees" if (delta > 0) == (paper_sign > 0) else "disagrees"
 
 
 def task_score(samples: Sequence[Mapping], split: str, difficulty: str = "all",

@@ -149,7 +149,7 @@ def parameter_dynamics(store: Store) -> Report:
               **{f"Teacher {d.upper()}": t for d, t in a["teachers"].items()}}
     report.runs += list(models.values())
     labels = list(models)
-    states = [load_state_dict(final_checkpoint(p)) for p in models.values()]
+    states = [load_state_dict(final_checkpoint(store.weights(p))) for p in models.values()]
     coords, ratio = checkpoint_pca(states, n_components=2)
     dist = pairwise_distances(states)
     del states

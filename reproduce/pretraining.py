@@ -20,10 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.figures import plot_grouped_bars, plot_small_multiples
-from analysis.measures import paired_difference, task_score
+from analysis.measures import paired_difference, task_score, verdict
 from analysis.report import Report
 from analysis.run_logs import cell
-from reproduce.paper_numbers import paper
+from reproduce.paper_numbers import fmt, paper
 from reproduce.store import Store
 
 DIFFS = ("short", "mid", "long")
@@ -157,12 +157,13 @@ def gain_verdict(gains: list[float], ses: list[float]) -> str:
 
 def horizon_mixtures(store: Store) -> Report:
     report = Report("Table 1 / Fig. 5: horizon mixtures of the pre-training data")
-    rows = []
+    rows, by_mix = [], {}
     for mix in MIXES:
         run = store.pretrained(horizon_mix=mix)
         report.runs.append(run)
         s, samples = store.evaluation(run), store.samples(run)
         name = "/".join(map(str, mix))
+        by_mix[name] = samples
         scores = _scores(s)
         scores.update({f"{d} pass@8 se": task_score(samples, "ID", d, "pass")[1] for d in DIFFS})
         report.results[name] = scores
@@ -184,48 +185,75 @@ def horizon_mixtures(store: Store) -> Report:
     report.figures.append(plot_grouped_bars(bars, out / "fig5_horizon_mixtures.png", ylabel="ID pass@8 (%)",
                                             title="pass@8 ± SE by pre-training mixture S/M/L (Fig. 5; ◆ the paper's)",
                                             reference=ref, errors=bar_se))
-    report.notes += mixture_verdicts(report.results, store.budget["eval_tasks_per_cell"])
+    contrasts = mixture_contrasts(by_mix)
+    report.results["paired"] = contrasts
+    report.add("Table 1's comparisons, paired by task (ID; ± SE over tasks); verdict by two standard errors",
+               ["comparison", "a − b", "metric", "ours", "± SE", "tasks", "paper", "verdict"],
+               [[name, f"{c['a']} − {c['b']}", c["metric"], c["delta"], c["se"], c["tasks"], c["paper"], c["verdict"]]
+                for name, c in contrasts.items()])
+    report.notes += mixture_verdicts(report.results, contrasts, store.budget["eval_tasks_per_cell"])
     return report
 
 
-def mixture_verdicts(r: dict, tasks_per_cell: int) -> list[str]:
-    """Table 1's three claims, each checked on our numbers (``r``: mixture -> scores)."""
-    short, full = r["100/0/0"], r["100/100/100"]
-    composes = any(0 < full[f"{d} pass@8"] / 2 <= short[f"{d} pass@8"] for d in ("mid", "long"))
-    mid_up = r["100/5/0"]["mid pass@8"] > short["mid pass@8"]
-    long_up = r["100/0/5"]["long pass@8"] > short["long pass@8"]
+# Table 1's paired comparisons: (name, mixture a, mixture b, difficulty, metric, the sign of a - b the
+# paper claims); the paper's own a - b is printed where it gives both numbers
+MIXTURE_CONTRASTS = (
+    ("short-only vs full, mid", "100/0/0", "100/100/100", "mid", "pass", -1),
+    ("short-only vs full, long", "100/0/0", "100/100/100", "long", "pass", -1),
+    ("+5% mid data, mid", "100/5/0", "100/0/0", "mid", "pass", +1),
+    ("+5% long data, long", "100/0/5", "100/0/0", "long", "pass", +1),
+    ("100/100/50 vs 100/100/100, long", "100/100/50", "100/100/100", "long", "avg", +1),
+)
+
+
+def mixture_contrasts(samples: dict[str, list[dict]]) -> dict[str, dict]:
+    """Table 1's comparisons, each a difference of two mixtures' ID pass@8 (or avg@8) paired by task,
+    ± its standard error, beside the paper's difference."""
+    out = {}
+    for name, a, b, d, metric, sign in MIXTURE_CONTRASTS:
+        delta, se, n = paired_difference(samples[a], samples[b], "ID", d, metric=metric)
+        key = f"{d} {metric}@8"
+        out[name] = {"a": a, "b": b, "metric": key, "delta": delta, "se": se, "tasks": n,
+                     "paper": _paper_difference("table1", a, b, key), "verdict": verdict(delta, se, sign)}
+    return out
+
+
+def mixture_verdicts(r: dict, contrasts: dict[str, dict], tasks_per_cell: int) -> list[str]:
+    """Table 1's three claims, each decided on our paired differences by two standard errors
+    (``r``: mixture -> scores; ``contrasts``: `mixture_contrasts`)."""
+    def said(name):
+        c = contrasts[name]
+        return (plus_minus(c["delta"], c["se"]) + (f" (paper {c['paper']:+.1f})" if c["paper"] is not None else "") + f": {c['verdict']}")
+    full = r["100/100/100"]
+    atomic = [contrasts[f"short-only vs full, {d}"]["verdict"] for d in ("mid", "long")]
     notes = [
-        f"Atomic skills alone: short-only pre-training reaches mid / long pass@8 {short['mid pass@8']:.1f} / "
-        f"{short['long pass@8']:.1f} against the full mix's {full['mid pass@8']:.1f} / {full['long pass@8']:.1f} "
-        "(paper 0.83 / 0)" + (" — the full mix solves no longer task either, so this tests nothing."
-                              if full["mid pass@8"] == full["long pass@8"] == 0 else
-                              " — ours composes short skills into longer plans (at least half the full mix's "
-                              "pass@8 on a longer bin): not the paper's result." if composes else
-                              " — below half the full mix's on both longer bins: agreement."),
-        f"A little longer data: +5% mid data takes mid pass@8 {short['mid pass@8']:.1f} -> "
-        f"{r['100/5/0']['mid pass@8']:.1f} (paper 0.83 -> 51.88), +5% long data takes long pass@8 "
-        f"{short['long pass@8']:.1f} -> {r['100/0/5']['long pass@8']:.1f} (paper 0 -> 11.46)"
-        + (" — both rise: agreement." if mid_up and long_up else
-           " — " + ("neither rises" if not (mid_up or long_up) else ("mid" if not mid_up else "long") + " does not rise")
-           + ": not the paper's result."),
-        f"100/100/50 vs 100/100/100 long avg@8: {r['100/100/50']['long avg@8']:.1f} vs "
-        f"{r['100/100/100']['long avg@8']:.1f} (paper 74.84 vs 68.52, a non-monotonic step the paper's review asks about).",
+        "Atomic skills alone (short-only minus the full mix, ID pass@8 paired by task): mid "
+        + said("short-only vs full, mid") + ", long " + said("short-only vs full, long")
+        + (" — the full mix solves no longer task either, so this tests nothing."
+           if full["mid pass@8"] == full["long pass@8"] == 0 else
+           " — short-only falls below the full mix on both longer bins: agreement." if atomic == ["agrees"] * 2 else
+           " — short-only is above the full mix on a longer bin: not the paper's result." if "disagrees" in atomic
+           else " — within two standard errors on a longer bin: cannot tell."),
+        "A little longer data (pass@8 paired by task): +5% mid data on mid tasks " + said("+5% mid data, mid")
+        + "; +5% long data on long tasks " + said("+5% long data, long") + ".",
+        "100/100/50 minus 100/100/100, long avg@8 " + said("100/100/50 vs 100/100/100, long")
+        + " (a non-monotonic step the paper's review asks about).",
     ]
     if tasks_per_cell:
         notes.append(f"Each cell is {tasks_per_cell} task(s) x 8 samples, so pass@8 moves in steps of "
-                     f"{100 / tasks_per_cell:.0f} points; differences of one step are noise.")
+                     f"{100 / tasks_per_cell:.0f} points; a verdict needs a difference beyond two standard errors.")
     return notes
 
 
 def data_quality(store: Store) -> Report:
     report = Report("Fig. 6: optimal vs suboptimal pre-training trajectories")
-    rows = []
+    rows, by_quality = [], {}
     for q in QUALITIES:
         run = store.pretrained(patterns=q)
         report.runs.append(run)
         s = store.evaluation(run)
         scores = _scores(s)
-        samples = store.samples(run)
+        samples = by_quality[q] = store.samples(run)
         scores.update({f"{d} avg@8 se": task_score(samples, "ID", d)[1] for d in DIFFS})
         sub = 100.0 * sum(o["pattern"].startswith("D") for o in samples) / max(1, len(samples))
         info = sample_information(samples)
@@ -241,16 +269,47 @@ def data_quality(store: Store) -> Report:
                                  index=list(DIFFS)) for tail in ("", " se"))
     report.figures.append(plot_grouped_bars(bars, out / "fig6_quality.png", errors=bar_se,
                                             title="ID avg@8 ± SE by pre-training data quality (Fig. 6)"))
-    long = [report.results[q]["long avg@8"] for q in QUALITIES]
-    report.notes.append("long-horizon ID avg@8 for " + ", ".join(f"{q} {v:.1f}" for q, v in zip(QUALITIES, long))
-                        + ". The paper's claim: suboptimal data hurts most at long horizons (4 Opt:8 Sub about 0)"
-                        + (" — ours agrees in direction." if long[3] < long[1] else " — ours does not show it."))
+    report.results["paired"] = quality_contrasts(by_quality)
+    report.add("Each suboptimal mixture minus 4 Opt, ID avg@8 paired by task (± SE over tasks); the paper's "
+               "difference and the verdict by two standard errors",
+               ["mixture − 4opt", "difficulty", "ours", "± SE", "tasks", "paper", "verdict"],
+               [[c["a"], c["difficulty"], c["delta"], c["se"], c["tasks"], c["paper"], c["verdict"]]
+                for c in report.results["paired"].values()])
+    long = report.results["paired"]["4opt8sub/long"]
+    report.notes.append("long-horizon ID avg@8: " + ", ".join(f"{q} {report.results[q]['long avg@8']:.1f}"
+                                                            for q in QUALITIES)
+                        + ". The paper's claim: suboptimal data hurts most at long horizons (4 Opt:8 Sub about 0). "
+                        f"4 Opt:8 Sub minus 4 Opt on long tasks: {plus_minus(long['delta'], long['se'])} "
+                        f"(paired by task over {long['tasks']} tasks) — {long['verdict']}.")
     below = [q for q in QUALITIES if report.results[q]["I(task;pattern)"] < report.results[q]["I(task;knowledge)"]]
     report.notes.append(f"I(task; pattern) < I(task; knowledge) — the paper's argument that patterns are reusable "
                         f"and knowledge task-specific, which it never estimates — holds for {len(below)} of "
                         f"{len(QUALITIES)} models (plug-in, Miller-Madow corrected, from the ID samples; knowledge "
                         "= the action sequence).")
     return report
+
+
+def plus_minus(delta: float, se: float) -> str:
+    """'+3.1 ± 1.5'; without the ± part where there is no standard error (one task)."""
+    return fmt(delta, signed=True) + (f" ± {se:.1f}" if se == se else "")
+
+
+def _paper_difference(table: str, a: str, b: str, column: str) -> float | None:
+    """The paper's a - b where it reports both numbers, else None."""
+    x, y = paper(table, a, column), paper(table, b, column)
+    return None if x is None or y is None else x - y
+
+
+def quality_contrasts(samples: dict[str, list[dict]]) -> dict[str, dict]:
+    """Fig. 6's comparisons: each suboptimal mixture minus 4 Opt, ID avg@8 paired by task, per difficulty."""
+    out = {}
+    for q in ("4opt4sub", "4opt8sub"):
+        for d in DIFFS:
+            delta, se, n = paired_difference(samples[q], samples["4opt"], "ID", d)
+            out[f"{q}/{d}"] = {"a": q, "difficulty": d, "delta": delta, "se": se, "tasks": n,
+                               "paper": _paper_difference("fig6", q, "4opt", f"{d} avg@8"),
+                               "verdict": verdict(delta, se, -1)}      # the claim: suboptimal data hurts
+    return out
 
 
 def sample_information(samples: list[dict], split: str = "ID") -> dict[str, float]:

@@ -139,12 +139,12 @@ def update_directions(store: Store) -> Report:
     report = Report("Figs. 9-10: update directions of GRPO vs OPD (SVD subspaces)")
     teacher = store.pretrained()
     student = store.checkpoint(store.pretrained(patterns="4opt4sub"))
-    w0 = load_state_dict(student)
+    w0 = load_state_dict(store.weights(student))
     curves, cosines, rows = {}, {}, []
     for method in ("grpo", "opd"):
-        run = store.posttrained(f"fig9-{method}-4opt4sub-long", method, student,
-                                teacher if method == "opd" else None, difficulties="long", eval_every=0,
-                                ckpt_every=1, keep_checkpoints=0)
+        run = store.weights(store.posttrained(f"fig9-{method}-4opt4sub-long", method, student,
+                                              teacher if method == "opd" else None, difficulties="long", eval_every=0,
+                                              ckpt_every=1, keep_checkpoints=0))
         report.runs.append(run)
         steps = sorted(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("step_*"))
         states = {s: load_state_dict(run / "checkpoints" / f"step_{s:06d}") for s in steps}
@@ -204,8 +204,9 @@ def knowledge_mismatch(store: Store) -> Report:
     for key in ("kl", "success"):
         report.figures.append(plot_lines({n: _curve(metrics(r), key) for n, r in runs.items()},
                                          out / f"fig12_{key}.png", "step", key, title=f"OPD training {key} (Fig. 12)"))
-    frame, strips = _token_views(student, {"teacher A (matched)": teacher_a, "teacher B (crossed)": teacher_b},
-                                 runs["matched (A)"], corpus_a, seed=store.seed)
+    teachers = {"teacher A (matched)": store.weights(teacher_a), "teacher B (crossed)": store.weights(teacher_b)}
+    frame, strips = _token_views(store.weights(student), teachers, store.weights(runs["matched (A)"]), corpus_a,
+                                 seed=store.seed)
     summary = kl_group_summary(frame, by=("teacher", "traj_success", "step_ok"))
     report.add(f"Token-level reverse KL (top-{PHYSICS_OPD_TOPK}) on the student's rollouts, by teacher and "
                "correctness (Fig. 13)",

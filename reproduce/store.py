@@ -38,6 +38,7 @@ from planning_gym.constants import EVAL_K
 from planning_gym.scales import REPRODUCE
 from pretrain import rundir
 
+WEIGHTS = "model.safetensors"      # a checkpoint's weights (pretrain.checkpoint), left behind by reproduce.carry
 BUDGETS = REPRODUCE     # the reproductions' budgets per scale live with every other preset (planning_gym.scales)
 
 
@@ -60,6 +61,9 @@ class Store:
     data_dir: Path = Path("data")
     log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
     seed: int = 0      # trains and samples every model of this store; the corpora are shared
+    # how to build each artifact this process has asked for again, should it have been carried without
+    # its weights (reproduce.carry): artifact -> a function that rebuilds it
+    _origins: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         if self.scale not in BUDGETS:
@@ -105,19 +109,32 @@ class Store:
         ``family`` is the domain set whose base provides the tokenizer (default: the corpus's own
         domains); a model of another family's tokenizer lives at ``<corpus name>@<family>``.
         ``steps``: train this many steps instead of the scale's preset (``<corpus name>-<N>steps``)."""
-        from pretrain.train import main as pretrain_main
         cfg = self.corpus_config(**changes)
         family = tuple(family or cfg.domains)
-        base = self.corpus_config(domains=family)
         name = cfg.name + (f"-{steps}steps" if steps else "")
         run = self.home / "pretrain" / (name if family == cfg.domains else f"{name}@{'+'.join(family)}")
+        self._origins[run] = lambda: self._pretrain(run, family, steps, changes, again=True)
         if rundir.is_finished(run):
             return run
+        return self._pretrain(run, family, steps, changes)
+
+    def _pretrain(self, run: Path, family: tuple[str, ...], steps: int | None, changes: dict, again: bool = False) -> Path:
+        """Train ``run`` (resuming a cut-off one); ``again``: a run carried without its weights is trained
+        anew, keeping its tokenizer (the one its carried evaluations were sampled with)."""
+        from pretrain.train import main as pretrain_main
+        base = self.corpus_config(domains=family)
         with self._exclusive(run):
-            if rundir.is_finished(run):     # another process built it meanwhile
+            if again and not _without_weights(run):
+                return run                  # another process trained it meanwhile
+            if again:
+                self.log(f"[reproduce] {run} was carried without its weights; training it again")
+                for part in run.iterdir():
+                    if part.name != rundir.TOKENIZER:
+                        shutil.rmtree(part) if part.is_dir() else part.unlink()
+            elif rundir.is_finished(run):     # another process built it meanwhile
                 return run
             data = self.corpus(**changes)
-            if name != base.name:
+            if run.name.partition("@")[0] != base.name:
                 base_run = self.pretrained(domains=family)
                 if not (run / rundir.TOKENIZER / "tokenizer.json").is_file():
                     shutil.rmtree(run / rundir.TOKENIZER, ignore_errors=True)
@@ -131,6 +148,28 @@ class Store:
             if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
                 raise ReproductionError(f"pre-training {run} failed")
             return run
+
+    def _forget(self, run: Path) -> bool:
+        """Delete a post-training artifact carried without its weights, so that it is built again."""
+        with self._exclusive(run):
+            if _without_weights(run):
+                self.log(f"[reproduce] {run} was carried without its weights; training it again")
+                shutil.rmtree(run)
+        return True
+
+    def weights(self, model: Path) -> Path:
+        """``model`` (a run, a checkpoint or an MOPD stage) with its weights on disk: an artifact restored
+        from a carry (reproduce.carry) has its records and evaluations but no weights, and is built
+        again, the way this process asked for it, before anything loads it. Returns ``model``."""
+        model = Path(model)
+        if not _without_weights(model):
+            return model
+        owner = next((p for p in (model, *model.parents) if p in self._origins), None)
+        if owner is None:
+            raise ReproductionError(f"{model} was carried without its weights and this reproduction did not "
+                                    f"ask the store for it, so it cannot be rebuilt here: delete it and rerun")
+        self._origins[owner]()
+        return model
 
     def checkpoint(self, run: Path, step: int | None = None) -> Path:
         """``run``'s checkpoint at ``step`` (default: the scale's early ``student_step``)."""
@@ -159,8 +198,11 @@ class Store:
 
         from posttrain.train import Trainer
         run = self.home / "posttrain" / name
+        self._origins[run] = lambda: self._forget(run) and self.posttrained(name, method, student, teacher, **overrides)
         cfg = self.posttrain_config(method, **overrides)
         with self._exclusive(run):
+            if _without_weights(run) and not rundir.is_finished(run):
+                shutil.rmtree(run)      # cannot happen through a carry (it keeps finished runs only)
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
             diff = _differences(run / rundir.TRAIN_CONFIG, wanted,
                                 _defaults(cfg))
@@ -174,8 +216,14 @@ class Store:
                 shutil.rmtree(run)
             elif rundir.is_finished(run):
                 return run
+            if _without_weights(run):      # a carried run to extend: its checkpoint has no weights to go on from
+                self.log(f"[reproduce] {run} was carried without its weights; training it from the start")
+                shutil.rmtree(run)
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
+            self.weights(student)
+            if teacher:
+                self.weights(teacher)
             Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
             return run
 
@@ -183,6 +231,7 @@ class Store:
         """A cascaded MOPD run ``posttrain/<name>`` with one OPD stage per (domain, teacher)."""
         from posttrain.mopd import run as mopd_run
         run = self.home / "posttrain" / name
+        self._origins[run] = lambda: self._forget(run) and self.mopd(name, student, teachers, **overrides)
         with self._exclusive(run):
             stage_overrides = {"eval_every": 0, **overrides}
             changed = self._changed_stages(run, student, teachers, **stage_overrides)
@@ -192,6 +241,11 @@ class Store:
             elif (run / "mopd.json").is_file():
                 return run
             values = {**self._posttrain_budget("opd"), **stage_overrides}     # MOPD's stages are OPD
+            if _without_weights(run):       # a carried stage without weights cannot be continued
+                shutil.rmtree(run)
+            self.weights(student)
+            for _, teacher in teachers:
+                self.weights(teacher)
             resume = run.is_dir()     # a cut-off cascade keeps its finished stages and continues the cut one
             argv = ["--student", str(student), "--out", str(run), "--scale", self.scale] + (["--resume"] if resume else [])
             argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
@@ -236,7 +290,7 @@ class Store:
                 if self._same_protocol(cached, splits, difficulties):
                     return cached
                 self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
-            net, tok, data = load_model_and_tokenizer(run_dir=model)
+            net, tok, data = load_model_and_tokenizer(run_dir=self.weights(model))
             corpus = Path(corpus or data)
             self.log(f"[reproduce] evaluate {model} on {corpus.name}")
             tasks = self.budget["eval_tasks_per_cell"] or None
@@ -303,6 +357,21 @@ class Store:
         return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
                 "eval_k": EVAL_K,
                 **{k: v for k, v in self.budget.items()}}
+
+
+def _without_weights(model: Path) -> bool:
+    """Was ``model`` (a checkpoint, a finished run, an MOPD cascade or stage) restored from a carry
+    (reproduce.carry) without its weights?"""
+    from pretrain.checkpoint import final_checkpoint
+    model = Path(model)
+    if (model / "trainer_state.json").is_file():                  # a checkpoint
+        return not (model / WEIGHTS).is_file()
+    if any(_without_weights(stage) for stage in sorted(model.glob("stage_*"))):   # an MOPD cascade
+        return True
+    if rundir.is_finished(model):
+        ckpt = final_checkpoint(model)
+        return ckpt is not None and not (ckpt / WEIGHTS).is_file()
+    return False
 
 
 def _covers(summary: dict, splits, difficulties) -> bool:

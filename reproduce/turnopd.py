@@ -92,7 +92,8 @@ def main_table(store: Store) -> Report:
                       "logs": logs.to_dict("records")}
     report.figures.append(plot_frontier(logs, out / "frontier.png", title="ID avg@8 vs training wall-clock"))
 
-    curves, budget, forced = turn_kl_probe({"student (before)": student, **runs}, teacher, seed=store.seed)
+    probed = {label: store.weights(m) for label, m in {"student (before)": student, **runs}.items()}
+    curves, budget, forced = turn_kl_probe(probed, store.weights(teacher), seed=store.seed)
     report.results["per_turn_kl"] = {k: v.reset_index().to_dict("records") for k, v in curves.items()}
     report.results["loss_budget"] = budget.reset_index().to_dict("records")
     report.figures.append(plot_per_turn_kl(curves, out / "per_turn_kl.png",

@@ -14,28 +14,6 @@ from reproduce.store import ReproductionError, Store
 from analysis.report import Report, md_table
 
 
-@pytest.fixture
-def fake_pretrain(monkeypatch):
-    """Replace `pretrain.train.main` with a recorder that writes a tokenizer (only when the run
-    has none) and a summary, as the real trainer does."""
-    calls = []
-
-    def fake_main(argv):
-        out = Path(argv[argv.index("--out") + 1])
-        calls.append(out.name)
-        tok = out / "tokenizer" / "tokenizer.json"
-        if not tok.exists():
-            tok.parent.mkdir(parents=True)
-            tok.write_text(json.dumps({"trained_for": out.name}))
-        (out / "summary.json").write_text("{}")
-        return 0
-
-    import pretrain.train
-    monkeypatch.setattr(pretrain.train, "main", fake_main)
-    monkeypatch.setattr(Store, "corpus", lambda self, **changes: self.data_dir / self.corpus_config(**changes).name)
-    return calls
-
-
 def test_family_members_share_the_base_tokenizer_and_are_built_once(tmp_path, fake_pretrain):
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
     sub = store.pretrained(patterns="4opt8sub")
@@ -433,24 +411,67 @@ def test_the_update_direction_note_says_when_a_method_never_moved():
     assert idle.startswith("GRPO made no parameter update") and "nan" not in idle and "agrees" not in idle
 
 
-def test_table1_verdicts_follow_our_numbers_not_the_papers():
-    from reproduce.pretraining import mixture_verdicts
+def _samples(per_task: dict[str, list[int]], difficulty: str) -> list[dict]:
+    """Evaluation samples: task -> its K outcomes (1 = success), all ID tasks of one difficulty."""
+    return [{"task": t, "split": "ID", "difficulty": difficulty, "success": bool(x)}
+            for t, outcomes in per_task.items() for x in outcomes]
 
-    def mix(mid, long):
-        return {"mid pass@8": mid, "long pass@8": long, "long avg@8": long / 2}
-    paper_like = {"100/0/0": mix(0, 0), "100/5/0": mix(50, 0), "100/0/5": mix(0, 12),
-                  "100/100/50": mix(90, 80), "100/100/100": mix(90, 70)}
-    notes = " ".join(mixture_verdicts(paper_like, 4))
-    assert "below half the full mix's on both longer bins: agreement." in notes
-    assert "both rise: agreement." in notes and "steps of 25 points" in notes
-    composing = {**paper_like, "100/0/0": mix(25, 50), "100/0/5": mix(0, 50)}
-    notes = " ".join(mixture_verdicts(composing, 0))
-    assert "ours composes short skills" in notes and "long does not rise: not the paper's result." in notes
-    assert "steps of" not in notes                                 # every task evaluated: no granularity note
-    nothing = {k: mix(0, 0) for k in paper_like}                  # a model that solves nothing composes nothing
-    assert mixture_verdicts(nothing, 1)[0].endswith("so this tests nothing.")
-    assert mixture_verdicts(nothing, 1)[1].endswith("neither rises: not the paper's result.")
 
+def test_a_verdict_needs_a_paired_difference_beyond_two_standard_errors_on_the_papers_side():
+    from analysis.measures import paired_difference, verdict
+    assert verdict(5.0, 2.4, +1) == "agrees" and verdict(-5.0, 2.4, -1) == "agrees"
+    assert verdict(5.0, 2.4, -1) == "disagrees"
+    assert verdict(5.0, 2.5, +1) == "cannot tell"                     # exactly two SE is not beyond
+    assert verdict(5.0, float("nan"), +1) == "cannot tell"            # one task: no SE, no verdict
+    a = _samples({"t1": [1, 0], "t2": [0, 0], "t3": [1, 1]}, "long")
+    b = _samples({"t1": [0, 0], "t2": [0, 0], "t3": [1, 0]}, "long")
+    assert paired_difference(a, b, "ID", "long")[0] == pytest.approx(100 / 3)                # avg@k per task
+    assert paired_difference(a, b, "ID", "long", metric="pass")[0] == pytest.approx(100 / 3)  # t1 only
+    assert paired_difference(b, a, "ID", "long", metric="pass")[:1] == (pytest.approx(-100 / 3),)
+    with pytest.raises(ValueError):
+        paired_difference(a, b, "ID", metric="best")
+
+
+def test_table1_verdicts_follow_our_paired_numbers_not_the_papers():
+    from reproduce.pretraining import MIXES, mixture_contrasts, mixture_verdicts
+
+    def model(mid: int, long: int) -> list[dict]:      # solves the first ``mid`` / ``long`` of 8 tasks, always
+        return (_samples({f"m{i}": [int(i < mid)] * 8 for i in range(8)}, "mid")
+                + _samples({f"l{i}": [int(i < long)] * 8 for i in range(8)}, "long"))
+
+    def scores(samples):
+        return {f"{d} pass@8": 100.0 * sum(o["success"] for o in samples if o["difficulty"] == d) / 64
+                for d in ("mid", "long")}
+    paper_like = {"100/0/0": model(0, 0), "100/5/0": model(6, 0), "100/0/5": model(0, 5),
+                  "100/100/50": model(8, 8), "100/100/100": model(8, 4)}
+    assert set(paper_like) == {"/".join(map(str, m)) for m in MIXES}
+    contrasts = mixture_contrasts(paper_like)
+    assert contrasts["+5% long data, long"]["delta"] == pytest.approx(62.5)
+    assert contrasts["+5% mid data, mid"]["paper"] == pytest.approx(51.05)
+    assert contrasts["short-only vs full, mid"]["paper"] is None          # the paper gives no full-mix pass@8
+    notes = " ".join(mixture_verdicts({k: scores(v) for k, v in paper_like.items()}, contrasts, 8))
+    assert "below the full mix on both longer bins: agreement." in notes
+    assert notes.count(": agrees") == 5 and "steps of 12 points" in notes
+    composing = {**paper_like, "100/0/0": model(8, 8), "100/5/0": model(0, 0), "100/0/5": model(8, 8)}
+    contrasts = mixture_contrasts(composing)
+    notes = " ".join(mixture_verdicts({k: scores(v) for k, v in composing.items()}, contrasts, 0))
+    assert "above the full mix on a longer bin: not the paper's result." in notes     # long +50 ± 18.9
+    assert contrasts["+5% long data, long"]["verdict"] == "cannot tell"               # 0 ± 0: no change
+    assert contrasts["+5% mid data, mid"]["verdict"] == "disagrees" and "steps of" not in notes
+    nothing = {k: model(0, 0) for k in paper_like}                 # a model that solves nothing composes nothing
+    notes = mixture_verdicts({k: scores(v) for k, v in nothing.items()}, mixture_contrasts(nothing), 1)
+    assert notes[0].endswith("so this tests nothing.") and notes[1].count("cannot tell") == 2
+
+
+def test_fig6_decides_whether_suboptimal_data_hurts_by_paired_differences():
+    from reproduce.pretraining import quality_contrasts
+    base = _samples({f"t{i}": [1, 1, 0, 0] for i in range(6)}, "long")
+    worse = _samples({f"t{i}": [0, 0, 0, int(i == 0)] for i in range(6)}, "long")
+    c = quality_contrasts({"4opt": base, "4opt4sub": base, "4opt8sub": worse})
+    assert c["4opt8sub/long"]["verdict"] == "agrees" and c["4opt8sub/long"]["delta"] < 0
+    assert c["4opt4sub/long"]["verdict"] == "cannot tell"          # identical: no difference
+    c = quality_contrasts({"4opt": worse, "4opt4sub": worse, "4opt8sub": base})
+    assert c["4opt8sub/long"]["verdict"] == "disagrees"
 
 
 def test_tables_run_as_processes_at_most_jobs_at_once_in_order_and_failures_are_named(tmp_path):

@@ -1,0 +1,153 @@
+"""Carry a store's finished work from one machine (or working session) to the next, without weights.
+
+    python -m reproduce.carry save|restore --scale small [--seed S] [--root runs/reproduce] [--results results]
+
+Why this exists: a reproduction at ``small`` costs hundreds of core-hours, and a machine that keeps
+nothing but the repository between working sessions (a CI-like sandbox, a preemptible job) loses
+``runs/`` each time. The weights are what is large (a small model with its optimiser state is ~60 MB
+a checkpoint); what the tables read is small: each finished run's records (config, summary, metrics,
+tokenizer) and each evaluation (summary and per-episode samples). ``save`` copies exactly those of
+every *finished* artifact of the store's home into ``results/<scale>/carry/<home>/`` (JSONL files
+gzipped), with a manifest of the folders it came from; ``restore`` puts them back, never over a
+file that is already there. A half-trained run is not carried: its progress is its weights.
+
+After a restore the store treats a carried run as built: a table that only needs its evaluations
+costs nothing, and one that needs its weights (a student, a teacher, a new evaluation) makes the
+store train that pre-training run again first, the same way (same corpus, preset, seed and steps;
+`Store._with_weights`). A carried post-training run cannot be retrained on its own; it is used for
+its evaluations only, and the store says so if anything asks for its weights.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from planning_gym.cli import Parser, UsageError, entry
+from pretrain import rundir
+from reproduce.store import WEIGHTS
+
+MANIFEST = "MANIFEST.json"
+LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
+LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
+
+
+def carry_dir(results: Path, home: Path) -> Path:
+    """``results/<scale>/carry/<home name>`` (the home is ``<scale>`` or ``<scale>-seed<s>``)."""
+    return Path(results) / home.name.partition("-seed")[0] / "carry" / home.name
+
+
+def finished_artifacts(home: Path) -> list[Path]:
+    """Every finished artifact under ``home``: run folders with a summary, MOPD cascades with
+    ``mopd.json``, evaluation folders with ``summary.json``."""
+    found = []
+    for group in ("pretrain", "posttrain"):
+        for run in sorted((home / group).glob("*")):
+            if run.is_dir() and (rundir.is_finished(run) or (run / "mopd.json").is_file()):
+                found.append(run)
+    found += [e for e in sorted((home / "eval").glob("*")) if (e / "summary.json").is_file()]
+    return found
+
+
+def _kept(path: Path, artifact: Path) -> bool:
+    rel = path.relative_to(artifact)
+    return not (any(rel.match(p) for p in LEFT_OUT) or any(part in LEFT_OUT_DIRS for part in rel.parts)
+                or any(part.startswith((".tmp-", ".old-")) or part.endswith(".lock") for part in rel.parts))
+
+
+def save(home: Path, target: Path) -> dict:
+    """Copy the finished artifacts of ``home`` (records and evaluations, no weights) to ``target``,
+    replacing what was there in one rename; returns the manifest."""
+    home, target = Path(home), Path(target)
+    if not home.is_dir():
+        raise UsageError(f"{home} does not exist: nothing to carry (build something with `python -m reproduce` first)")
+    tmp = target.parent / f".tmp-{target.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    manifest = {"home": home.name, "artifacts": [], "folders": [], "without_weights": []}
+    for artifact in finished_artifacts(home):
+        rel = artifact.relative_to(home)
+        manifest["artifacts"].append(str(rel))
+        for path in sorted(artifact.rglob("*")):
+            if not _kept(path, artifact):
+                continue
+            dest = tmp / path.relative_to(home)
+            if path.is_dir():
+                manifest["folders"].append(str(path.relative_to(home)))
+                if (path / "trainer_state.json").is_file() and (path / WEIGHTS).is_file():
+                    manifest["without_weights"].append(str(path.relative_to(home)))
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix == ".jsonl":
+                with open(path, "rb") as src, gzip.GzipFile(dest.with_name(dest.name + ".gz"), "wb", mtime=0) as out:
+                    shutil.copyfileobj(src, out)
+            else:
+                shutil.copy2(path, dest)
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    return manifest
+
+
+def restore(source: Path, home: Path) -> list[str]:
+    """Put a carried store back under ``home``: every file that is not already there, JSONL files
+    unzipped, the folders of the manifest recreated (checkpoint folders without their weights).
+    Returns the artifacts restored (those of which nothing was present before)."""
+    source, home = Path(source), Path(home)
+    try:
+        manifest = json.loads((source / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{source} holds no readable {MANIFEST} ({exc}): nothing carried there "
+                         "(`python -m reproduce.carry save` writes it)") from None
+    restored = [a for a in manifest["artifacts"] if not (home / a).exists()]
+    for folder in manifest["folders"]:
+        (home / folder).mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.rglob("*")):
+        if path.is_dir() or path.name == MANIFEST:
+            continue
+        rel = path.relative_to(source)
+        dest = home / (rel.with_suffix("") if path.suffix == ".gz" else rel)
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = dest.with_name(f".tmp-{dest.name}")
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as src, open(part, "wb") as out:
+                shutil.copyfileobj(src, out)
+        else:
+            shutil.copy2(path, part)
+        part.rename(dest)
+    return restored
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m reproduce.carry", description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=("save", "restore"))
+    p.add_argument("--scale", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--root", default="runs/reproduce", help="the store's runs folder")
+    p.add_argument("--results", default="results", help="the tracked folder that holds <scale>/carry/")
+
+    def go() -> int:
+        from reproduce.store import Store
+        args = p.parse_args(argv)
+        store = Store(args.scale, Path(args.root), seed=args.seed)
+        where = carry_dir(Path(args.results), store.home)
+        if args.action == "save":
+            m = save(store.home, where)
+            size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+            print(f"carried {len(m['artifacts'])} finished artifacts of {store.home} to {where} "
+                  f"({size / 1e6:.1f} MB, no weights)")
+        else:
+            done = restore(where, store.home)
+            print(f"restored {len(done)} artifacts into {store.home} from {where}"
+                  + (" (runs are retrained when their weights are needed)" if done else ""))
+        return 0
+    return entry(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
