@@ -25,7 +25,7 @@ __all__ = ["token_kl_frame", "kl_group_summary", "per_turn_kl", "loss_budget_sha
            "compare_loss_budgets", "PATTERN_COLUMNS", "pattern_labels", "pattern_distribution",
            "pattern_table", "REGIONS", "region_labels", "region_counts", "same_step_table",
            "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds",
-           "paired_difference", "task_score", "verdict"]
+           "paired_differences", "paired_difference", "contrast", "pool_contrasts", "task_score", "verdict"]
 
 
 # ----------------------------------------------------------------------------- token KL (Fig. 13)
@@ -249,15 +249,13 @@ def speedup_table(logs, reference: str, target: Optional[float] = None) -> pd.Da
 PERCENT_FIELDS = ("success", "stuck")     # per-sample booleans, averaged per task as percentages
 
 
-def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
-                      difficulty: str = "all", field: str = "success", metric: str = "avg") -> tuple[float, float, int]:
-    """Mean and standard error over tasks of ``a``'s minus ``b``'s per-task mean of ``field`` (the
-    success rate by default; ``stuck`` also in percent, ``n_invalid`` in invalid actions per
-    episode), from two evaluations' per-sample records (``samples.jsonl``) on the same tasks;
+def paired_differences(a: Sequence[Mapping], b: Sequence[Mapping], split: str, difficulty: str = "all",
+                       field: str = "success", metric: str = "avg") -> pd.Series:
+    """Per task (index), ``a``'s minus ``b``'s per-task mean of ``field`` (the success rate by
+    default, in percent; ``stuck`` also in percent, ``n_invalid`` in invalid actions per episode),
+    from two evaluations' per-sample records (``samples.jsonl``) on the same tasks;
     ``metric="pass"`` takes each task's maximum instead (pass@k for ``success``).
-
-    Pairing by task removes the task-to-task spread that dominates when a cell holds a few tasks;
-    the standard error is NaN for a single task. ``difficulty="all"`` pools the bins."""
+    ``difficulty="all"`` pools the bins."""
     if metric not in ("avg", "pass"):
         raise ValueError(f"metric must be 'avg' or 'pass', not {metric!r}")
     unit = 100.0 if field in PERCENT_FIELDS else 1.0
@@ -271,11 +269,47 @@ def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
     if set(ra.index) != set(rb.index):
         raise ValueError(f"paired_difference: the evaluations cover different {split}/{difficulty} tasks "
                          f"({len(ra)} vs {len(rb)}, {len(set(ra.index) & set(rb.index))} in common)")
-    if ra.empty:
+    return ra - rb.reindex(ra.index)
+
+
+def _mean_se(diff: pd.Series) -> tuple[float, float, int]:
+    if diff.empty:
         return float("nan"), float("nan"), 0
-    diff = (ra - rb.reindex(ra.index)).to_numpy()
     se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     return float(diff.mean()), se, len(diff)
+
+
+def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
+                      difficulty: str = "all", field: str = "success", metric: str = "avg") -> tuple[float, float, int]:
+    """Mean and standard error over tasks of `paired_differences`, and the number of tasks.
+
+    Pairing by task removes the task-to-task spread that dominates when a cell holds a few tasks;
+    the standard error is NaN for a single task."""
+    return _mean_se(paired_differences(a, b, split, difficulty, field, metric))
+
+
+def contrast(a: Sequence[Mapping], b: Sequence[Mapping], split: str, difficulty: str, sign: float,
+             metric: str = "avg", paper: float | None = None) -> dict:
+    """One comparison of a table, ready for the scoreboard: ``a`` minus ``b`` paired by task (``delta``
+    ± ``se`` over ``tasks``), the ``verdict`` against the ``sign`` the paper claims, the paper's own
+    difference where it gives one, and each task's difference (``per_task``), which is what
+    `pool_contrasts` needs to put seeds together."""
+    diff = paired_differences(a, b, split, difficulty, metric=metric)
+    delta, se, n = _mean_se(diff)
+    return {"delta": delta, "se": se, "tasks": n, "seeds": 1, "sign": sign, "paper": paper,
+            "verdict": verdict(delta, se, sign), "per_task": {str(t): float(v) for t, v in diff.items()}}
+
+
+def pool_contrasts(per_seed: Sequence[Mapping]) -> dict:
+    """One `contrast` over seeds: each task's difference averaged over the seeds that evaluated it
+    (every seed evaluates the same test tasks), then mean ± SE over tasks and the verdict. The
+    standard error so holds both the task spread and, through each task's mean, the seed noise."""
+    first = per_seed[0]
+    diff = pd.DataFrame([c["per_task"] for c in per_seed]).mean(axis=0)
+    delta, se, n = _mean_se(diff)
+    return {**{k: v for k, v in first.items() if k not in ("per_task",)}, "delta": delta, "se": se, "tasks": n,
+            "seeds": len(per_seed), "verdict": verdict(delta, se, first["sign"]),
+            "per_task": {t: float(v) for t, v in diff.items()}}
 
 
 def verdict(delta: float, se: float, paper_sign: float) -> str:

@@ -104,6 +104,15 @@ def merge_cell(values: list):
     return " / ".join(cell_text(v) for v in values)
 
 
+def pool_paired(per_seed: list) -> dict:
+    """A table's paired comparisons (``results["paired"]``: name -> `analysis.measures.contrast`) pooled
+    over seeds with `pool_contrasts`; {} when a seed lacks them or they name other comparisons."""
+    from analysis.measures import pool_contrasts
+    if not per_seed or not all(isinstance(p, dict) and p and p.keys() == per_seed[0].keys() for p in per_seed):
+        return {}
+    return {name: pool_contrasts([p[name] for p in per_seed]) for name in per_seed[0]}
+
+
 def merge_results(values: list):
     """``results.json`` over seeds: every number becomes ``{"mean", "std", "se", "n", "per_seed"}``
     (``n`` counts the seeds with a finite value; missing statistics are None); other values that
@@ -141,6 +150,15 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
                 for j in range(len(table.rows))]
         merged.tables.append(Table(f"{table.caption} (mean ± SE over {len(seeds)} seeds)", table.header, rows))
     merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}
+    pooled = pool_paired([r.results.get("paired") for r in reports])
+    if pooled:
+        merged.results["paired"] = pooled
+        merged.tables.append(Table(
+            f"Paired comparisons over tasks and {len(seeds)} seeds (each task's difference averaged over the seeds, "
+            "then mean ± SE over tasks); verdict by two standard errors on the paper's side",
+            ["comparison", "ours", "± SE", "tasks", "seeds", "paper", "verdict"],
+            [[name, c["delta"], c["se"], c["tasks"], c["seeds"], c["paper"], c["verdict"]] for name, c in pooled.items()],
+            merge=False))
     common = [n for n in first.notes if all(n in r.notes for r in reports)]
     merged.notes = common + [f"seed {seed}: {n}" for seed, r in zip(seeds, reports) for n in r.notes if n not in common]
     merged.figures = list(first.figures)     # seed 0's (the seeds.md header says so)

@@ -6,7 +6,9 @@ Why this exists: a reproduction at ``small`` costs hundreds of core-hours, and a
 nothing but the repository between working sessions (a CI-like sandbox, a preemptible job) loses
 ``runs/`` each time. The weights are what is large (a small model with its optimiser state is ~60 MB
 a checkpoint); what the tables read is small: each finished run's records (config, summary, metrics,
-tokenizer) and each evaluation (summary and per-episode samples). ``save`` copies exactly those of
+tokenizer) and each evaluation (summary and per-episode outcomes: task, success, actions, pattern,
+stop reason -- everything but the transcript, which only the repeat probe reads; a restored
+store's samples have no ``text``). ``save`` copies exactly those of
 every *finished* artifact of the store's home into ``results/<scale>/carry/<home>/`` (JSONL files
 gzipped), with a manifest of the folders it came from; ``restore`` puts them back, never over a
 file that is already there. A half-trained run is not carried: its progress is its weights.
@@ -32,6 +34,7 @@ from reproduce.store import WEIGHTS
 MANIFEST = "MANIFEST.json"
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
 LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
+SAMPLES = "samples.jsonl"     # an evaluation's episodes: carried without their transcripts ("text"), ~90% of it
 
 
 def carry_dir(results: Path, home: Path) -> Path:
@@ -49,6 +52,10 @@ def finished_artifacts(home: Path) -> list[Path]:
                 found.append(run)
     found += [e for e in sorted((home / "eval").glob("*")) if (e / "summary.json").is_file()]
     return found
+
+
+def _without_text(sample: dict) -> dict:
+    return {k: v for k, v in sample.items() if k != "text"}
 
 
 def _kept(path: Path, artifact: Path) -> bool:
@@ -81,7 +88,11 @@ def save(home: Path, target: Path) -> dict:
             dest.parent.mkdir(parents=True, exist_ok=True)
             if path.suffix == ".jsonl":
                 with open(path, "rb") as src, gzip.GzipFile(dest.with_name(dest.name + ".gz"), "wb", mtime=0) as out:
-                    shutil.copyfileobj(src, out)
+                    if path.name == SAMPLES:
+                        for line in src:
+                            out.write((json.dumps(_without_text(json.loads(line))) + "\n").encode())
+                    else:
+                        shutil.copyfileobj(src, out)
             else:
                 shutil.copy2(path, dest)
     tmp.mkdir(parents=True, exist_ok=True)

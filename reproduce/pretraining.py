@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.figures import plot_grouped_bars, plot_small_multiples
-from analysis.measures import paired_difference, task_score, verdict
+from analysis.measures import contrast, paired_difference, task_score
 from analysis.report import Report
 from analysis.run_logs import cell
 from reproduce.paper_numbers import fmt, paper
@@ -211,10 +211,9 @@ def mixture_contrasts(samples: dict[str, list[dict]]) -> dict[str, dict]:
     ± its standard error, beside the paper's difference."""
     out = {}
     for name, a, b, d, metric, sign in MIXTURE_CONTRASTS:
-        delta, se, n = paired_difference(samples[a], samples[b], "ID", d, metric=metric)
         key = f"{d} {metric}@8"
-        out[name] = {"a": a, "b": b, "metric": key, "delta": delta, "se": se, "tasks": n,
-                     "paper": _paper_difference("table1", a, b, key), "verdict": verdict(delta, se, sign)}
+        out[name] = {"a": a, "b": b, "metric": key, **contrast(samples[a], samples[b], "ID", d, sign, metric,
+                                                               _paper_difference("table1", a, b, key))}
     return out
 
 
@@ -305,10 +304,9 @@ def quality_contrasts(samples: dict[str, list[dict]]) -> dict[str, dict]:
     out = {}
     for q in ("4opt4sub", "4opt8sub"):
         for d in DIFFS:
-            delta, se, n = paired_difference(samples[q], samples["4opt"], "ID", d)
-            out[f"{q}/{d}"] = {"a": q, "difficulty": d, "delta": delta, "se": se, "tasks": n,
-                               "paper": _paper_difference("fig6", q, "4opt", f"{d} avg@8"),
-                               "verdict": verdict(delta, se, -1)}      # the claim: suboptimal data hurts
+            out[f"{q}/{d}"] = {"a": q, "difficulty": d,      # the claim: suboptimal data hurts (sign -1)
+                               **contrast(samples[q], samples["4opt"], "ID", d, -1,
+                                          paper=_paper_difference("fig6", q, "4opt", f"{d} avg@8"))}
     return out
 
 

@@ -432,6 +432,23 @@ def test_a_verdict_needs_a_paired_difference_beyond_two_standard_errors_on_the_p
         paired_difference(a, b, "ID", metric="best")
 
 
+def test_seeds_are_pooled_task_by_task_so_two_noisy_seeds_can_reach_a_verdict_together():
+    from analysis.measures import contrast
+    from analysis.report import merge_seeds
+    before = _samples({f"t{i}": [0, 0] for i in range(4)}, "long")
+    seed0 = _samples({"t0": [1, 0], "t1": [0, 0], "t2": [1, 0], "t3": [0, 0]}, "long")   # +50 on t0, t2
+    seed1 = _samples({"t0": [0, 0], "t1": [1, 0], "t2": [0, 0], "t3": [1, 0]}, "long")   # +50 on t1, t3
+    per_seed = [contrast(after, before, "ID", "long", +1) for after in (seed0, seed1)]
+    assert [(c["delta"], c["verdict"]) for c in per_seed] == [(25.0, "cannot tell")] * 2   # ± 14.4 each
+    reports = [Report("t", results={"paired": {"gain": c}}) for c in per_seed]
+    merged = merge_seeds(reports, [0, 1])
+    pooled = merged.results["paired"]["gain"]
+    assert (pooled["delta"], pooled["se"], pooled["tasks"], pooled["seeds"]) == (25.0, 0.0, 4, 2)
+    assert pooled["verdict"] == "agrees"                  # every task gained 25 points on average over seeds
+    assert merged.tables[-1].rows == [["gain", 25.0, 0.0, 4, 2, None, "agrees"]]
+    assert "paired" not in merge_seeds([reports[0], Report("t")], [0, 1]).results   # a seed without them
+
+
 def test_table1_verdicts_follow_our_paired_numbers_not_the_papers():
     from reproduce.pretraining import MIXES, mixture_contrasts, mixture_verdicts
 

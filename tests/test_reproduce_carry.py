@@ -42,7 +42,7 @@ def _evaluated(store: Store, model: Path) -> dict:
     out.mkdir(parents=True)
     summary = {"k": 8, "seed": 0, "max_tasks_per_cell": store.budget["eval_tasks_per_cell"], "table": []}
     (out / "summary.json").write_text(json.dumps(summary))
-    (out / "samples.jsonl").write_text('{"task": "t", "success": true}\n' * 20)
+    (out / "samples.jsonl").write_text('{"task": "t", "success": true, "text": "Step 1/6: ..."}\n' * 20)
     return summary
 
 
@@ -61,7 +61,7 @@ def test_a_carry_keeps_records_and_evaluations_of_finished_artifacts_and_no_weig
     assert f"pretrain/{run.name}/metrics.jsonl.gz" in files and f"pretrain/{run.name}/tokenizer/tokenizer.json" in files
     assert manifest["without_weights"] == [f"pretrain/{run.name}/checkpoints/step_000200"]
     samples = where / "eval" / store._eval_dir(run, None).name / "samples.jsonl.gz"
-    assert gzip.decompress(samples.read_bytes()).decode().count("\n") == 20
+    assert gzip.decompress(samples.read_bytes()).decode().splitlines() == ['{"task": "t", "success": true}'] * 20
 
 
 def test_a_restored_store_reads_numbers_without_training_and_retrains_before_loading_weights(tmp_path, fake_pretrain,
