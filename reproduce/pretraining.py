@@ -87,6 +87,10 @@ def world_model_vs_direct(store: Store) -> Report:
                    ["difficulty", "world model", "± SE", "direct", "± SE", "gain", "± SE", f"direct, {eq_steps} steps",
                     "± SE", "gain, equal traj.", "± SE", "paper gain", "wm pass@8", "direct pass@8"], rows)
     report.results["equal_trajectory_steps"] = eq_steps
+    report.results["paired"] = {f"world model - {arm}, {d}": contrast(samples["world model"], samples[key], "ID", d, +1,
+                                                                      paper=paper("fig3-4", "gain", d))
+                                for arm, key in (("direct", "direct"), ("direct at equal trajectories", "equal"))
+                                for d in DIFFS}
     out = store.out("fig3-4")
     # the figures plot the ID table's numbers and standard errors, nothing else
     labels = {"world model": "world model", "direct": "direct", "equal": f"direct, {eq_steps} steps (equal trajectories)"}

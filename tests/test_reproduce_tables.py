@@ -412,6 +412,14 @@ def test_table_builds_end_to_end(store, table_id):
     assert linked == [f"{name}.png" for name in figures]
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in linked)
     check(store, results, md)
+    if table_id in SCOREBOARD:          # the claims the scoreboard reads: paired, with a verdict each
+        assert len(results["paired"]) == SCOREBOARD[table_id]
+        assert all(c["verdict"] in ("agrees", "disagrees", "cannot tell") and c["tasks"] >= 1
+                   and len(c["per_task"]) == c["tasks"] for c in results["paired"].values())
+
+
+# tables whose claims are paired comparisons (analysis.measures.contrast), and how many each makes
+SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3}
 
 
 def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_path, monkeypatch):  # noqa: F811
