@@ -36,7 +36,8 @@ help:
 	@echo "make region-map RUNS=\"runs/a runs/b\" [OUT=...]     horizon x quality map of Δavg@8 ± SE per method (PNG + table)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] [JOBS=3] one paper table/figure (JOBS: seeds at once; no TABLE: list them)"
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
-	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked)"
+	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked);"
+	@echo "                                                 then rewrite results/README.md's scoreboard from them"
 	@echo "make carry SCALE=small [SEED=0] / make restore ...  finished artifacts, no weights, to/from results/<scale>/carry/"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 	@echo "make vllm                                          the optional vLLM backend in .venv-vllm (--backend vllm)"
@@ -134,6 +135,7 @@ reproduce-all: $(STAMP)
 publish: $(STAMP)
 	@test -n "$(TABLE)" -a -n "$(SCALE)" || { echo "error: make publish needs TABLE=... and SCALE=..."; exit 2; }
 	$(BIN)/python -m reproduce.publish $(TABLE) --scale $(SCALE) --runs $(RUNS_ROOT)
+	$(BIN)/python -m reproduce.scoreboard
 
 # A store's finished work without its weights, to carry to another machine or session (reproduce.carry)
 carry restore: $(STAMP)

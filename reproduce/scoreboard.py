@@ -1,0 +1,115 @@
+"""The scoreboard against the papers, written from the published results and nothing else.
+
+    python -m reproduce.scoreboard [--scale small] [--results results] [--check]
+
+Why this exists: ``results/README.md`` lists each paper claim beside our number and a verdict. Typed by
+hand, such a table drifts from the tables it quotes; here every row is read from a published
+reproduction's ``results.json`` (``seeds_results.json`` when several seeds were merged), whose
+``paired`` entries are the claims as paired differences (`analysis.measures.contrast`, pooled
+over seeds by `pool_contrasts`), with the verdict decided there by two standard errors. A claim
+whose table is not published, or was published before it recorded paired comparisons (the
+previous gym's), reads "not run". The rows replace what lies between the two scoreboard markers of
+``results/README.md``; ``--check`` only says whether that block is current (exit 1 if not).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from planning_gym.cli import Parser, UsageError, entry
+from reproduce.paper_numbers import fmt
+
+BEGIN, END = "<!-- scoreboard: begin (python -m reproduce.scoreboard) -->", "<!-- scoreboard: end -->"
+
+# (claim as the paper makes it, table, the contrast's name in that table's results["paired"], the paper's number)
+CLAIMS = (
+    ("world-model CoT beats direct actions on long tasks (Figs. 3-4, Δavg@8)", "fig3-4", "world model - direct, long",
+     "+45.8"),
+    ("… also when direct sees as many trajectories (Figs. 3-4, Δavg@8; the review's control)", "fig3-4",
+     "world model - direct at equal trajectories, long", "not run"),
+    ("short-horizon data alone do not compose into long plans (Table 1, long pass@8, 100/0/0 − 100/100/100)",
+     "table1", "short-only vs full, long", "0.0 for 100/0/0"),
+    ("a 5 % long-horizon share unlocks long tasks (Table 1, long pass@8, 100/0/5 − 100/0/0)", "table1",
+     "+5% long data, long", "+11.5"),
+    ("a 5 % mid-horizon share unlocks mid tasks (Table 1, mid pass@8, 100/5/0 − 100/0/0)", "table1",
+     "+5% mid data, mid", "+51.0"),
+    ("a 2:1 suboptimal mix hurts long tasks (Fig. 6, long avg@8, 4opt8sub − 4opt)", "fig6", "4opt8sub/long",
+     "4opt8sub ≈ 0.0"),
+    ("OPD helps where pre-training data were poor (Fig. 7, 4opt8sub/long, Δavg@8)", "fig7",
+     "OPD after - before, 4opt8sub/long", "+18.6"),
+    ("GRPO does not (Fig. 7, 4opt8sub/long, Δavg@8; only a clear gain contradicts it)", "fig7",
+     "GRPO after - before, 4opt8sub/long", "−1.6"),
+    ("OPD beats GRPO there (Fig. 7, 4opt8sub/long, ΔOPD − ΔGRPO)", "fig7", "OPD - GRPO, 4opt8sub/long", "+20.2"),
+)
+# claims whose tables do not yet record paired comparisons: listed so that the board shows them
+PENDING = (
+    ("a crossed-recipe teacher hurts OPD (Table 4, ID change vs matched)", "table4", "−12.9 %"),
+    ("MOPD keeps a shared pattern only when every teacher has it (Tables 6-7)", "mopd", "qualitative"),
+    ("TurnOPD reaches OPD's accuracy sooner (TurnOPD main table, speed-up)", "turnopd", "up to 2.29×"),
+    ("both TurnOPD switches together beat either alone (TurnOPD ablation, ALFWorld acc)", "turnopd-ablation",
+     "86.3 vs 83.0"),
+)
+
+
+def published(results: Path, scale: str, table: str) -> dict | None:
+    """A published table's paired comparisons: the seed-pooled ones if several seeds were merged."""
+    for name in ("seeds_results.json", "results.json"):
+        path = Path(results) / scale / table / name
+        if path.is_file():
+            paired = json.loads(path.read_text()).get("paired")
+            if paired:
+                return paired
+    return None
+
+
+def rows(results: Path, scale: str) -> list[list[str]]:
+    out = []
+    for claim, table, name, paper in CLAIMS:
+        c = (published(results, scale, table) or {}).get(name)
+        if c is None:
+            out.append([claim, paper, "not run", "–"])
+            continue
+        ours = fmt(c["delta"], signed=True) + (f" ± {c['se']:.1f}" if c["se"] == c["se"] else "")
+        out.append([claim, paper, f"{ours} ({c['tasks']} tasks, {c['seeds']} seed{'s' if c['seeds'] != 1 else ''})",
+                    c["verdict"]])
+    out += [[claim, paper, "not run", "–"] for claim, _, paper in PENDING]
+    return out
+
+
+def board(results: Path, scale: str) -> str:
+    lines = ["| claim (paper) | paper | ours (" + scale + ", current gym) | verdict |", "|---|---|---|---|"]
+    return "\n".join([BEGIN, *lines, *("| " + " | ".join(r) + " |" for r in rows(results, scale)), END])
+
+
+def write(readme: Path, results: Path, scale: str, check: bool = False) -> bool:
+    """Put the board into ``readme`` between the markers; returns whether it was already current."""
+    text = Path(readme).read_text()
+    if BEGIN not in text or END not in text:
+        raise UsageError(f"{readme} has no scoreboard markers ({BEGIN} … {END}): add them where the table goes")
+    head, rest = text.split(BEGIN, 1)
+    new = head + board(results, scale) + rest.split(END, 1)[1]
+    if new != text and not check:
+        Path(readme).write_text(new)
+    return new == text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m reproduce.scoreboard", description=__doc__.split("\n")[0])
+    p.add_argument("--scale", default="small")
+    p.add_argument("--results", default="results", help="the published results' root (holds README.md)")
+    p.add_argument("--check", action="store_true", help="only say whether the board is current (exit 1 if not)")
+
+    def go() -> int:
+        args = p.parse_args(argv)
+        readme = Path(args.results) / "README.md"
+        if not readme.is_file():
+            raise UsageError(f"{readme} does not exist: pass --results with the published results' root")
+        current = write(readme, Path(args.results), args.scale, check=args.check)
+        print(f"{readme}: scoreboard " + ("current" if current else "out of date" if args.check else "rewritten"))
+        return 0 if current or not args.check else 1
+    return entry(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
