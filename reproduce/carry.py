@@ -34,6 +34,7 @@ from reproduce.store import WEIGHTS
 MANIFEST = "MANIFEST.json"
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
 LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
+CHECKPOINT_RECORD = "trainer_state.json"                     # all a checkpoint folder keeps of itself
 SAMPLES = "samples.jsonl"     # an evaluation's episodes: carried without their transcripts ("text"), ~90% of it
 
 
@@ -60,6 +61,8 @@ def _without_text(sample: dict) -> dict:
 
 def _kept(path: Path, artifact: Path) -> bool:
     rel = path.relative_to(artifact)
+    if rundir.CHECKPOINTS in rel.parts[:-1] and path.is_file() and path.name != CHECKPOINT_RECORD:
+        return False       # a checkpoint is its weights; its record says it exists (Store.checkpoint)
     return not (any(rel.match(p) for p in LEFT_OUT) or any(part in LEFT_OUT_DIRS for part in rel.parts)
                 or any(part.startswith((".tmp-", ".old-")) or part.endswith(".lock") for part in rel.parts))
 
@@ -82,7 +85,7 @@ def save(home: Path, target: Path) -> dict:
             dest = tmp / path.relative_to(home)
             if path.is_dir():
                 manifest["folders"].append(str(path.relative_to(home)))
-                if (path / "trainer_state.json").is_file() and (path / WEIGHTS).is_file():
+                if (path / CHECKPOINT_RECORD).is_file() and (path / WEIGHTS).is_file():
                     manifest["without_weights"].append(str(path.relative_to(home)))
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ def test_a_carry_keeps_records_and_evaluations_of_finished_artifacts_and_no_weig
     assert manifest["artifacts"] == [f"pretrain/{run.name}", f"eval/{store._eval_dir(run, None).name}"]
     files = {str(p.relative_to(where)) for p in where.rglob("*") if p.is_file()}
     assert not [f for f in files if f.endswith(".safetensors") or "/cache/" in f or "cut-off" in f]
+    assert [f for f in files if "/checkpoints/" in f] == [f"pretrain/{run.name}/checkpoints/step_000200/trainer_state.json"]
     assert f"pretrain/{run.name}/metrics.jsonl.gz" in files and f"pretrain/{run.name}/tokenizer/tokenizer.json" in files
     assert manifest["without_weights"] == [f"pretrain/{run.name}/checkpoints/step_000200"]
     samples = where / "eval" / store._eval_dir(run, None).name / "samples.jsonl.gz"
