@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="only this seed (its own table, no merge)")
     p.add_argument("--jobs", type=int, default=1,
                    help="with all: run this many tables at once, one process each (default 1)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="build a table's pre-trainings and evaluations in this many processes first (default 1)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
@@ -197,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproductionError(f"--seeds must be at least 1, not {args.seeds}")
         if args.jobs < 1:
             raise ReproductionError(f"--jobs must be at least 1, not {args.jobs}")
+        if args.workers < 1:
+            raise ReproductionError(f"--workers must be at least 1, not {args.workers}")
         if args.seed is not None and (args.seed < 0 or args.seeds != 1):
             raise ReproductionError("--seed S runs one seed (S >= 0); it cannot be combined with --seeds")
         seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
         t0 = time.time()
         if args.jobs > 1 and len(todo) == 1 and len(stores) > 1:     # one table: its seeds side by side
-            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir]
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers)]
             by_seed = {str(s.seed): s for s in stores}
             failed = run_tables(list(by_seed), args.jobs,
                                 lambda s: [sys.executable, "-m", "reproduce", todo[0], *same, "--seed", s],
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             reproduce_seeds(todo[0], stores, rewrite=False)    # every artifact is built: read and merge
         elif args.jobs > 1 and len(todo) > 1:
-            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir,
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers),
                     *(["--seed", str(args.seed)] if args.seed is not None else ["--seeds", str(args.seeds)])]
             failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "reproduce", t, *same],
                                 stores[0].out)
@@ -223,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         else:
             for table_id in todo:
+                if args.workers > 1:
+                    from reproduce.workers import run_workers
+                    for store in stores:
+                        run_workers(table_id, store, args.workers, say=store.log)
                 reproduce_seeds(table_id, stores)
         if len(todo) > 1:
             print(f"reproduced {len(todo)} tables at scale {scale} ({args.seeds} seed(s)) in "

@@ -47,6 +47,10 @@ class Plan:
         self.rows: dict[str, dict] = {}
         self.seen: set[str] = set()
         self.table = ""
+        # what each table asks the store for, built or not, in order (reproduce.workers): ("pretrain", key) and
+        # ("eval", model key); and how to ask the store for each pre-training key
+        self.needs: dict[str, list[tuple[str, str]]] = {}
+        self.requests: dict[str, dict] = {}
 
     def _new(self, key: str) -> bool:
         new = key not in self.seen
@@ -95,13 +99,23 @@ class Plan:
         tasks = min(per_cell or self.store.budget["eval_tasks_per_cell"] or 10**9, CORPUS[self.scale]["test"])
         return domains * splits * bins * tasks * EVAL_K
 
-    def pretrained(self, family: tuple | None = None, steps: int | None = None, **changes) -> str:
+    def _need(self, unit: tuple[str, str]) -> None:
+        needs = self.needs.setdefault(self.table, [])
+        if unit not in needs:
+            needs.append(unit)
+
+    def pretrained(self, family: tuple | None = None, steps: int | None = None, exact: bool = True, **changes) -> str:
+        """``exact=False``: ``steps`` is this estimate's guess (Fig. 3's equal-trajectory arm), so the
+        artifact is costed but not listed among the table's needs."""
         cfg = self.store.corpus_config(**changes)
         family = tuple(family or cfg.domains)
         name = cfg.name + (f"-{steps}steps" if steps else "")
         key = name if family == cfg.domains else f"{name}@{'+'.join(family)}"
         if name != self.store.corpus_config(domains=family).name:
             self.pretrained(domains=family)                 # the family base trains the tokenizer first
+        if exact:
+            self.requests[key] = dict(family=None if family == cfg.domains else family, steps=steps, **changes)
+            self._need(("pretrain", key))
         if self._new("pretrain " + key) and not self._built("pretrain", key):
             from pretrain.config import make_config
             from pretrain.model import train_flops_per_token
@@ -112,6 +126,8 @@ class Plan:
         return key
 
     def evaluation(self, model: str, corpus: str = "", domains: int = 1) -> None:
+        if not corpus and run_key(model) in self.requests:
+            self._need(("eval", model))
         if self._new(f"eval {model} {corpus}") and not self._built("eval", model, corpus=corpus):
             row = self._row()
             row["evals"] += 1
@@ -132,6 +148,12 @@ class Plan:
         return name
 
 
+def run_key(model: str) -> str:
+    """The pre-training run of a model key: ``<run>``, ``<run>@student`` or ``<run>@<step>``."""
+    run, _, at = model.rpartition("@")
+    return run if at == "student" or at.isdigit() else model
+
+
 def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False) -> Plan:
     """Every artifact of `reproduce all` at ``scale``, table by table (mirrors reproduce/*.py);
     with ``remaining``, only those ``store`` has not built yet."""
@@ -145,7 +167,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
         if t == "fig3-4":
             arms = [p.pretrained(), p.pretrained(cot_format="direct")]
             eq = max(1, round(steps * EQUAL_TRAJECTORY_FRACTION))
-            for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None)]:
+            for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None, exact=False)]:
                 p.evaluation(run)
             for run in arms:
                 for s in pretraining.SCALING_STEPS[scale]:

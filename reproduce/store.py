@@ -46,6 +46,10 @@ class ReproductionError(RuntimeError):
     """A stage of a reproduction failed (the message names the stage and the folder)."""
 
 
+class Busy(ReproductionError):
+    """Another process holds an artifact's lock, and this store does not wait (``Store.wait``)."""
+
+
 def _slug(path: Path, home: Path) -> str:
     try:
         rel = Path(path).resolve().relative_to(home.resolve())
@@ -61,6 +65,7 @@ class Store:
     data_dir: Path = Path("data")
     log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
     seed: int = 0      # trains and samples every model of this store; the corpora are shared
+    wait: bool = True  # on an artifact another process is building: wait for it (False: raise Busy)
     # how to build each artifact this process has asked for again, should it have been carried without
     # its weights (reproduce.carry): artifact -> a function that rebuilds it
     _origins: dict = field(default_factory=dict, repr=False, compare=False)
@@ -314,6 +319,8 @@ class Store:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                if not self.wait:
+                    raise Busy(f"another process is building {artifact}") from None
                 self.log(f"[reproduce] waiting for another process to finish {artifact}")
                 fcntl.flock(lock, fcntl.LOCK_EX)
             try:
