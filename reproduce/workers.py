@@ -7,8 +7,8 @@ them one at a time, and a second process on the same table waits on the first on
 than moving on. Yet most of a pre-training table is independent models: Fig. 6 is four, each ~35
 min of training and ~25 min of evaluation on one core at ``small``, so a 2-core machine or a
 2-GPU node can build them two at a time. The list of what a table needs comes from
-`reproduce.estimate.plan`, which mirrors the table modules; worker ``i`` of ``n`` takes its share
-first (every n-th unit from i), then the others', and builds a unit once its inputs exist (a
+`reproduce.estimate.plan`, which mirrors the table modules; worker ``i`` of ``n`` takes trainings
+before evaluations, of each its own share first (every n-th unit from i), and builds a unit once its inputs exist (a
 family member needs its base, an evaluation its run), skipping one another worker holds the lock
 of and coming back to it. Post-training runs and anything the plan cannot name exactly (Fig. 3's
 equal-trajectory arm) are left to the table, which then finds the rest built.
@@ -67,7 +67,9 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
     """Worker ``index`` of ``workers``: build every unit that no other worker is building; return
     how many this worker built or found built."""
     mine = units[index::workers]
-    pending = mine + [u for u in units if u not in mine]
+    # trainings before evaluations (a training gates evaluations; an evaluation gates nothing), each kind
+    # this worker's share first
+    pending = sorted(units, key=lambda u: (u[0] != "pretrain", u not in mine))
     store.wait = False                      # a held lock raises Busy: take another unit instead of waiting
     done = 0
     while pending:
