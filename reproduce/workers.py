@@ -7,11 +7,11 @@ them one at a time, and a second process on the same table waits on the first on
 than moving on. Yet most of a pre-training table is independent models: Fig. 6 is four, each ~35
 min of training and ~25 min of evaluation on one core at ``small``, so a 2-core machine or a
 2-GPU node can build them two at a time. The list of what a table needs comes from
-`reproduce.estimate.plan`, which mirrors the table modules; worker ``i`` of ``n`` takes trainings
-before evaluations, of each its own share first (every n-th unit from i), and builds a unit once its inputs exist (a
-family member needs its base, an evaluation its run), skipping one another worker holds the lock
-of and coming back to it. Post-training runs and anything the plan cannot name exactly (Fig. 3's
-equal-trajectory arm) are left to the table, which then finds the rest built.
+`reproduce.estimate.plan`, which mirrors the table modules. Worker ``i`` of ``n`` takes trainings
+before evaluations, of each kind its own share first (every n-th unit from i); it builds a unit once
+its inputs exist (a family member needs its base, an evaluation its run), and skips one whose lock
+another worker holds, coming back to it. Post-training runs and anything the plan cannot name
+exactly (Fig. 3's equal-trajectory arm) are left to the table, which then finds the rest built.
 """
 from __future__ import annotations
 
