@@ -211,6 +211,8 @@ def knowledge_mismatch(store: Store) -> Report:
     change = {split: 100.0 * (crossed[split] - matched[split]) / matched[split] if matched[split] else float("nan")
               for split in ("ID", "OOD")}
     report.results["crossed vs matched %"] = change
+    report.results["paired"] = {"crossed - matched, ID": contrast(store.samples(runs["crossed (B)"]),
+                                                                  store.samples(runs["matched (A)"]), "ID", "all", -1)}
     report.add("Crossed vs matched teacher: relative change of the student's avg@8 after OPD",
                ["split", "ours %", "paper %"],
                [["ID", change["ID"], fmt(paper("table4", "crossed vs matched", "ID change %"))],

@@ -22,7 +22,8 @@ import pandas as pd
 
 from analysis.figures import plot_frontier, plot_loss_budget, plot_per_turn_kl
 from analysis.info import forced_mass
-from analysis.measures import compare_loss_budgets, least_time_table, per_turn_kl, same_step_table, speedup_table
+from analysis.measures import (compare_loss_budgets, contrast, least_time_table, per_turn_kl, same_step_table,
+                               speedup_table)
 from analysis.report import Report
 from analysis.run_logs import cell, frame, step_cell
 from analysis.teacher_scoring import posttrain_tasks, score_rollouts
@@ -193,6 +194,12 @@ def ablation(store: Store) -> Report:
     report.figures.append(plot_frontier(logs, store.out("turnopd-ablation") / "ablation_frontier.png",
                                         title="Ablation: ID avg@8 vs training wall-clock"))
     report.notes += _ablation_notes({r[0]: r[1] for r in rows})
+    both = store.samples(runs["both (TurnOPD)"], splits=("ID",))
+    report.results["paired"] = {
+        f"both - {arm}, ID": contrast(both, store.samples(runs[arm], splits=("ID",)), "ID", "all", +1,
+                                      paper=paper("turnopd-ablation", "both (TurnOPD)", "acc")
+                                      - paper("turnopd-ablation", arm, "acc"))
+        for arm in ARMS if arm != "both (TurnOPD)"}
     return report
 
 

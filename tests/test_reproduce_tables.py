@@ -419,7 +419,7 @@ def test_table_builds_end_to_end(store, table_id):
 
 
 # tables whose claims are paired comparisons (analysis.measures.contrast), and how many each makes
-SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3}
+SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3, "table4": 1, "turnopd-ablation": 3}
 
 
 def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_path, monkeypatch):  # noqa: F811
