@@ -27,7 +27,7 @@ CLAIMS = (
     ("world-model CoT beats direct actions on long tasks (Figs. 3-4, Δavg@8)", "fig3-4", "world model - direct, long",
      "+45.8"),
     ("… also when direct sees as many trajectories (Figs. 3-4, Δavg@8; the review's control)", "fig3-4",
-     "world model - direct at equal trajectories, long", "not run"),
+     "world model - direct at equal trajectories, long", "– (not in the paper)"),
     ("short-horizon data alone do not compose into long plans (Table 1, long pass@8, 100/0/0 − 100/100/100)",
      "table1", "short-only vs full, long", "0.0 for 100/0/0"),
     ("a 5 % long-horizon share unlocks long tasks (Table 1, long pass@8, 100/0/5 − 100/0/0)", "table1",
