@@ -25,7 +25,7 @@ __all__ = ["token_kl_frame", "kl_group_summary", "per_turn_kl", "loss_budget_sha
            "compare_loss_budgets", "PATTERN_COLUMNS", "pattern_labels", "pattern_distribution",
            "pattern_table", "REGIONS", "region_labels", "region_counts", "same_step_table",
            "least_time_table", "speedup_table", "logs_frame", "SeedStat", "seed_stat", "summarise_seeds",
-           "paired_differences", "paired_difference", "contrast", "pool_contrasts", "task_score", "verdict"]
+           "per_task_scores", "paired_differences", "paired_difference", "contrast", "pool_contrasts", "task_score", "verdict"]
 
 
 # ----------------------------------------------------------------------------- token KL (Fig. 13)
@@ -249,26 +249,42 @@ def speedup_table(logs, reference: str, target: Optional[float] = None) -> pd.Da
 PERCENT_FIELDS = ("success", "stuck")     # per-sample booleans, averaged per task as percentages
 
 
-def paired_differences(a: Sequence[Mapping], b: Sequence[Mapping], split: str, difficulty: str = "all",
-                       field: str = "success", metric: str = "avg") -> pd.Series:
-    """Per task (index), ``a``'s minus ``b``'s per-task mean of ``field`` (the success rate by
-    default, in percent; ``stuck`` also in percent, ``n_invalid`` in invalid actions per episode),
-    from two evaluations' per-sample records (``samples.jsonl``) on the same tasks;
-    ``metric="pass"`` takes each task's maximum instead (pass@k for ``success``).
+def per_task_scores(samples: Sequence[Mapping], split: str, difficulty: str = "all", field: str = "success",
+                    metric: str = "avg") -> pd.Series:
+    """Per task id (index), one evaluation's mean of ``field`` over the task's samples (the success
+    rate by default, in percent; ``stuck`` also in percent, ``n_invalid`` in invalid actions per
+    episode); ``metric="pass"`` takes the maximum instead (pass@k for ``success``).
     ``difficulty="all"`` pools the bins."""
     if metric not in ("avg", "pass"):
         raise ValueError(f"metric must be 'avg' or 'pass', not {metric!r}")
     unit = 100.0 if field in PERCENT_FIELDS else 1.0
+    rows = pd.DataFrame([{"task": x["task"], "value": float(x[field])} for x in samples
+                         if x["split"] == split and difficulty in ("all", x["difficulty"])])
+    return rows.groupby("task")["value"].agg("mean" if metric == "avg" else "max") * unit if len(rows) \
+        else pd.Series(dtype=float)
 
-    def rates(samples):
-        rows = pd.DataFrame([{"task": x["task"], "value": float(x[field])} for x in samples
-                             if x["split"] == split and difficulty in ("all", x["difficulty"])])
-        return rows.groupby("task")["value"].agg("mean" if metric == "avg" else "max") * unit if len(rows) \
-            else pd.Series(dtype=float)
-    ra, rb = rates(a), rates(b)
+
+def _task_keys(samples: Sequence[Mapping]) -> dict:
+    """Task id -> what the task is (``task_key``: domain, goal and inventory), where samples record it."""
+    return {x["task"]: x["task_key"] for x in samples if "task_key" in x}
+
+
+def paired_differences(a: Sequence[Mapping], b: Sequence[Mapping], split: str, difficulty: str = "all",
+                       field: str = "success", metric: str = "avg") -> pd.Series:
+    """Per task (index), ``a``'s minus ``b``'s `per_task_scores`, from two evaluations' per-sample
+    records (``samples.jsonl``) on the same tasks. Task ids are positions in a corpus's test split,
+    so where the samples say what each task is (``task_key``) a pair must be the same task: corpora
+    of different horizon mixtures hold different mid and long test tasks under the same ids (use
+    `contrast(..., paired=False)` for those)."""
+    ra, rb = per_task_scores(a, split, difficulty, field, metric), per_task_scores(b, split, difficulty, field, metric)
     if set(ra.index) != set(rb.index):
         raise ValueError(f"paired_difference: the evaluations cover different {split}/{difficulty} tasks "
                          f"({len(ra)} vs {len(rb)}, {len(set(ra.index) & set(rb.index))} in common)")
+    ka, kb = _task_keys(a), _task_keys(b)
+    differ = [t for t in ra.index if t in ka and t in kb and ka[t] != kb[t]]
+    if differ:
+        raise ValueError(f"paired_difference: {len(differ)} of {len(ra)} {split}/{difficulty} task ids name different "
+                         f"tasks in the two evaluations (e.g. {differ[0]}); compare them unpaired")
     return ra - rb.reindex(ra.index)
 
 
@@ -277,6 +293,12 @@ def _mean_se(diff: pd.Series) -> tuple[float, float, int]:
         return float("nan"), float("nan"), 0
     se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     return float(diff.mean()), se, len(diff)
+
+
+def _unpaired(ra: pd.Series, rb: pd.Series) -> tuple[float, float, int]:
+    """Difference of two means over different tasks, with the two-sample standard error."""
+    (ma, sa, na), (mb, sb, nb) = _mean_se(ra), _mean_se(rb)
+    return ma - mb, math.sqrt(sa ** 2 + sb ** 2), min(na, nb)
 
 
 def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
@@ -289,27 +311,43 @@ def paired_difference(a: Sequence[Mapping], b: Sequence[Mapping], split: str,
 
 
 def contrast(a: Sequence[Mapping], b: Sequence[Mapping], split: str, difficulty: str, sign: float,
-             metric: str = "avg", paper: float | None = None) -> dict:
+             metric: str = "avg", paper: float | None = None, paired: bool = True) -> dict:
     """One comparison of a table, ready for the scoreboard: ``a`` minus ``b`` paired by task (``delta``
     ± ``se`` over ``tasks``), the ``verdict`` against the ``sign`` the paper claims, the paper's own
-    difference where it gives one, and each task's difference (``per_task``), which is what
-    `pool_contrasts` needs to put seeds together."""
-    diff = paired_differences(a, b, split, difficulty, metric=metric)
-    delta, se, n = _mean_se(diff)
-    return {"delta": delta, "se": se, "tasks": n, "seeds": 1, "sign": sign, "paper": paper,
-            "verdict": verdict(delta, se, sign), "per_task": {str(t): float(v) for t, v in diff.items()}}
+    difference where it gives one, and the per-task numbers `pool_contrasts` needs to put seeds
+    together: each task's difference (``per_task``), or, unpaired (``paired=False``: the two
+    evaluations ran different tasks), each side's task scores (``per_task_a``, ``per_task_b``) and
+    the two-sample standard error."""
+    if paired:
+        diff = paired_differences(a, b, split, difficulty, metric=metric)
+        delta, se, n = _mean_se(diff)
+        tasks = {"per_task": {str(t): float(v) for t, v in diff.items()}}
+    else:
+        ra, rb = per_task_scores(a, split, difficulty, metric=metric), per_task_scores(b, split, difficulty, metric=metric)
+        delta, se, n = _unpaired(ra, rb)
+        tasks = {"per_task_a": {str(t): float(v) for t, v in ra.items()},
+                 "per_task_b": {str(t): float(v) for t, v in rb.items()}}
+    return {"delta": delta, "se": se, "tasks": n, "seeds": 1, "sign": sign, "paper": paper, "paired": paired,
+            "verdict": verdict(delta, se, sign), **tasks}
 
 
 def pool_contrasts(per_seed: Sequence[Mapping]) -> dict:
-    """One `contrast` over seeds: each task's difference averaged over the seeds that evaluated it
-    (every seed evaluates the same test tasks), then mean ± SE over tasks and the verdict. The
-    standard error so holds both the task spread and, through each task's mean, the seed noise."""
+    """One `contrast` over seeds: each task's difference (or, unpaired, each side's task score)
+    averaged over the seeds that evaluated it (every seed evaluates the same test tasks of a
+    corpus), then mean ± SE over tasks and the verdict. The standard error so holds both the task
+    spread and, through each task's mean, the seed noise."""
     first = per_seed[0]
-    diff = pd.DataFrame([c["per_task"] for c in per_seed]).mean(axis=0)
-    delta, se, n = _mean_se(diff)
-    return {**{k: v for k, v in first.items() if k not in ("per_task",)}, "delta": delta, "se": se, "tasks": n,
-            "seeds": len(per_seed), "verdict": verdict(delta, se, first["sign"]),
-            "per_task": {t: float(v) for t, v in diff.items()}}
+    kept = {k: v for k, v in first.items() if not k.startswith("per_task")}
+    if first.get("paired", True):
+        diff = pd.DataFrame([c["per_task"] for c in per_seed]).mean(axis=0)
+        delta, se, n = _mean_se(diff)
+        tasks = {"per_task": {t: float(v) for t, v in diff.items()}}
+    else:
+        ra, rb = (pd.DataFrame([c[side] for c in per_seed]).mean(axis=0) for side in ("per_task_a", "per_task_b"))
+        delta, se, n = _unpaired(ra, rb)
+        tasks = {"per_task_a": ra.to_dict(), "per_task_b": rb.to_dict()}
+    return {**kept, "delta": delta, "se": se, "tasks": n, "seeds": len(per_seed),
+            "verdict": verdict(delta, se, first["sign"]), **tasks}
 
 
 def verdict(delta: float, se: float, paper_sign: float) -> str:

@@ -104,8 +104,8 @@ def merge_cell(values: list):
     return " / ".join(cell_text(v) for v in values)
 
 
-def pool_paired(per_seed: list) -> dict:
-    """A table's paired comparisons (``results["paired"]``: name -> `analysis.measures.contrast`) pooled
+def pool_contrast_tables(per_seed: list) -> dict:
+    """A table's comparisons (``results["contrasts"]``: name -> `analysis.measures.contrast`) pooled
     over seeds with `pool_contrasts`; {} when a seed lacks them or they name other comparisons."""
     from analysis.measures import pool_contrasts
     if not per_seed or not all(isinstance(p, dict) and p and p.keys() == per_seed[0].keys() for p in per_seed):
@@ -150,14 +150,16 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
                 for j in range(len(table.rows))]
         merged.tables.append(Table(f"{table.caption} (mean ± SE over {len(seeds)} seeds)", table.header, rows))
     merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}
-    pooled = pool_paired([r.results.get("paired") for r in reports])
+    pooled = pool_contrast_tables([r.results.get("contrasts") for r in reports])
     if pooled:
-        merged.results["paired"] = pooled
+        merged.results["contrasts"] = pooled
         merged.tables.append(Table(
-            f"Paired comparisons over tasks and {len(seeds)} seeds (each task's difference averaged over the seeds, "
-            "then mean ± SE over tasks); verdict by two standard errors on the paper's side",
-            ["comparison", "ours", "± SE", "tasks", "seeds", "paper", "verdict"],
-            [[name, c["delta"], c["se"], c["tasks"], c["seeds"], c["paper"], c["verdict"]] for name, c in pooled.items()],
+            f"Comparisons over tasks and {len(seeds)} seeds (each task's difference, or unpaired each side's task "
+            "score, averaged over the seeds, then mean ± SE over tasks); verdict by two standard errors on the "
+            "paper's side",
+            ["comparison", "ours", "± SE", "tasks", "seeds", "paired", "paper", "verdict"],
+            [[name, c["delta"], c["se"], c["tasks"], c["seeds"], "yes" if c.get("paired", True) else "no", c["paper"],
+              c["verdict"]] for name, c in pooled.items()],
             merge=False))
     common = [n for n in first.notes if all(n in r.notes for r in reports)]
     merged.notes = common + [f"seed {seed}: {n}" for seed, r in zip(seeds, reports) for n in r.notes if n not in common]

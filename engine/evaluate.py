@@ -32,7 +32,7 @@ from typing import Sequence
 from planning_gym import constants as C
 from planning_gym.cli import Parser, UsageError, prepare_output
 from planning_gym.constants import DIFFICULTIES
-from planning_gym.corpus import select_rows
+from planning_gym.corpus import select_rows, task_key
 from planning_gym.patterns import OTHERS, PATTERNS, classify_trajectory
 from pretrain import rundir
 from pretrain.checkpoint import load_model_and_tokenizer  # noqa: F401  (part of this module's API)
@@ -177,7 +177,8 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
     for j, ep in enumerate(ro.episodes):
         split, row = rows[j // k]
         outcomes.append({"domain": row["domain"], "split": SPLITS[split], "difficulty": row["difficulty"],
-                         "task": row["id"], "sample": j % k, "success": ep.success, "n_turns": ep.n_turns,
+                         "task": row["id"], "task_key": task_key(row), "sample": j % k, "success": ep.success,
+                         "n_turns": ep.n_turns,
                          "n_invalid": ep.n_invalid, "stuck": is_stuck(ep.actions, ep.success),
                          "pattern": classify_trajectory(ep.text), "horizon": row["horizon"],
                          "actions": ep.actions, "stop_reason": ep.stop_reason, "text": ep.text})

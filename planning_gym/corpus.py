@@ -13,6 +13,7 @@ Order of work (each step is deterministic given the config):
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -446,6 +447,14 @@ def row_task(worlds: dict, row: dict) -> tuple[World, Task]:
         return world, task_of_row(world, row)
     except RowError as exc:
         raise CorpusError(str(exc)) from None
+
+
+def task_key(row: dict) -> str:
+    """What a row's task *is* (domain, goal, starting inventory), as a short hash. A row's ``id`` is
+    its position in its split, and corpora of different horizon mixtures draw different mid and long
+    test tasks, so only this key says whether two evaluations ran the same task."""
+    what = json.dumps([row["domain"], row["goal"], row["initial_inventory"]], sort_keys=True)
+    return hashlib.sha1(what.encode()).hexdigest()[:16]
 
 
 def select_rows(rows: list[dict], max_per_cell: int | None, difficulties=None) -> list[dict]:

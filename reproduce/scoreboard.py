@@ -22,7 +22,7 @@ from reproduce.paper_numbers import fmt
 
 BEGIN, END = "<!-- scoreboard: begin (python -m reproduce.scoreboard) -->", "<!-- scoreboard: end -->"
 
-# (claim as the paper makes it, table, the contrast's name in that table's results["paired"], the paper's number)
+# (claim as the paper makes it, table, the contrast's name in that table's results["contrasts"], the paper's number)
 CLAIMS = (
     ("world-model CoT beats direct actions on long tasks (Figs. 3-4, Δavg@8)", "fig3-4", "world model - direct, long",
      "+45.8"),
@@ -62,7 +62,7 @@ def published(results: Path, scale: str, table: str) -> dict | None:
     for name in ("seeds_results.json", "results.json"):
         path = Path(results) / scale / table / name
         if path.is_file():
-            paired = json.loads(path.read_text()).get("paired")
+            paired = json.loads(path.read_text()).get("contrasts")
             if paired:
                 return paired
     return None

@@ -108,7 +108,7 @@ def region_map(store: Store) -> Report:
                         f"standard errors: OPD {clear['OPD']}, GRPO {clear['GRPO']}); the paper's claim is "
                         "that OPD's effective region is the broader one (low quality, long horizons)"
                         + (" — ours agrees." if eff["OPD"] > eff["GRPO"] else " — ours does not show it."))
-    report.results["paired"] = region_contrasts(outcomes, befores)
+    report.results["contrasts"] = region_contrasts(outcomes, befores)
     if ("opd", "4opt8sub", "long") in outcomes:
         low_long = report.results["4opt8sub/long"]
         diff, se, _ = paired_difference(outcomes["opd", "4opt8sub", "long"], outcomes["grpo", "4opt8sub", "long"],
@@ -211,7 +211,7 @@ def knowledge_mismatch(store: Store) -> Report:
     change = {split: 100.0 * (crossed[split] - matched[split]) / matched[split] if matched[split] else float("nan")
               for split in ("ID", "OOD")}
     report.results["crossed vs matched %"] = change
-    report.results["paired"] = {"crossed - matched, ID": contrast(store.samples(runs["crossed (B)"]),
+    report.results["contrasts"] = {"crossed - matched, ID": contrast(store.samples(runs["crossed (B)"]),
                                                                   store.samples(runs["matched (A)"]), "ID", "all", -1)}
     report.add("Crossed vs matched teacher: relative change of the student's avg@8 after OPD",
                ["split", "ours %", "paper %"],

@@ -195,7 +195,7 @@ def ablation(store: Store) -> Report:
                                         title="Ablation: ID avg@8 vs training wall-clock"))
     report.notes += _ablation_notes({r[0]: r[1] for r in rows})
     both = store.samples(runs["both (TurnOPD)"], splits=("ID",))
-    report.results["paired"] = {
+    report.results["contrasts"] = {
         f"both - {arm}, ID": contrast(both, store.samples(runs[arm], splits=("ID",)), "ID", "all", +1,
                                       paper=paper("turnopd-ablation", "both (TurnOPD)", "acc")
                                       - paper("turnopd-ablation", arm, "acc"))

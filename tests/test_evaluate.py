@@ -89,6 +89,8 @@ def test_cli_writes_tables_into_the_run(run_dir, capsys):
     assert summary["k"] == 2 and summary["episodes"] == 12 and set(summary["overall"]) == {"ID", "OOD"}
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 12 and all(s["n_turns"] <= 2 and s["text"].startswith("<|env|>") for s in samples)
+    keys = {s["task"]: s["task_key"] for s in samples}          # what each task is, beside its positional id
+    assert len(keys) == 6 and len(set(keys.values())) == 6
     md = (out / "results.md").read_text()
     assert "| fa | OOD | long | 1 |" in md and "avg@2" in md and "Others" in md
     assert "ID: avg@2" in capsys.readouterr().out

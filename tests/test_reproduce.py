@@ -440,13 +440,30 @@ def test_seeds_are_pooled_task_by_task_so_two_noisy_seeds_can_reach_a_verdict_to
     seed1 = _samples({"t0": [0, 0], "t1": [1, 0], "t2": [0, 0], "t3": [1, 0]}, "long")   # +50 on t1, t3
     per_seed = [contrast(after, before, "ID", "long", +1) for after in (seed0, seed1)]
     assert [(c["delta"], c["verdict"]) for c in per_seed] == [(25.0, "cannot tell")] * 2   # ± 14.4 each
-    reports = [Report("t", results={"paired": {"gain": c}}) for c in per_seed]
+    reports = [Report("t", results={"contrasts": {"gain": c}}) for c in per_seed]
     merged = merge_seeds(reports, [0, 1])
-    pooled = merged.results["paired"]["gain"]
+    pooled = merged.results["contrasts"]["gain"]
     assert (pooled["delta"], pooled["se"], pooled["tasks"], pooled["seeds"]) == (25.0, 0.0, 4, 2)
     assert pooled["verdict"] == "agrees"                  # every task gained 25 points on average over seeds
-    assert merged.tables[-1].rows == [["gain", 25.0, 0.0, 4, 2, None, "agrees"]]
-    assert "paired" not in merge_seeds([reports[0], Report("t")], [0, 1]).results   # a seed without them
+    assert merged.tables[-1].rows == [["gain", 25.0, 0.0, 4, 2, "yes", None, "agrees"]]
+    assert "contrasts" not in merge_seeds([reports[0], Report("t")], [0, 1]).results   # a seed without them
+
+
+def test_a_pair_must_be_the_same_task_and_different_tasks_are_compared_unpaired():
+    from analysis.measures import contrast, paired_difference, pool_contrasts
+    a = _samples({"t0": [1, 1], "t1": [1, 1], "t2": [0, 0]}, "long")
+    b = _samples({"t0": [0, 0], "t1": [0, 0], "t2": [0, 0]}, "long")
+    for x in a:
+        x["task_key"] = x["task"]
+    for x in b:
+        x["task_key"] = "other" if x["task"] == "t2" else x["task"]     # same id, another task
+    with pytest.raises(ValueError, match="name different tasks"):
+        paired_difference(a, b, "ID", "long")
+    c = contrast(a, b, "ID", "long", +1, paired=False)
+    assert c["delta"] == pytest.approx(200 / 3) and c["se"] == pytest.approx((100 ** 2 / 3 / 3) ** 0.5)
+    assert c["paired"] is False and "per_task" not in c and len(c["per_task_a"]) == 3
+    pooled = pool_contrasts([c, c])
+    assert (pooled["delta"], pooled["se"], pooled["seeds"]) == (c["delta"], c["se"], 2)
 
 
 def test_table1_verdicts_follow_our_paired_numbers_not_the_papers():

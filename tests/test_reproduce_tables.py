@@ -413,9 +413,11 @@ def test_table_builds_end_to_end(store, table_id):
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in linked)
     check(store, results, md)
     if table_id in SCOREBOARD:          # the claims the scoreboard reads: paired, with a verdict each
-        assert len(results["paired"]) == SCOREBOARD[table_id]
+        assert len(results["contrasts"]) == SCOREBOARD[table_id]
         assert all(c["verdict"] in ("agrees", "disagrees", "cannot tell") and c["tasks"] >= 1
-                   and len(c["per_task"]) == c["tasks"] for c in results["paired"].values())
+                   and len(c["per_task"] if c["paired"] else c["per_task_a"]) == c["tasks"]
+                   for c in results["contrasts"].values())
+        assert all(c["paired"] == (table_id != "table1") for c in results["contrasts"].values())   # see mixture_contrasts
 
 
 # tables whose claims are paired comparisons (analysis.measures.contrast), and how many each makes

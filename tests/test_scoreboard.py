@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _publish(results: Path, table: str, paired: dict, name: str = "results.json") -> None:
     (results / "small" / table).mkdir(parents=True, exist_ok=True)
-    (results / "small" / table / name).write_text(json.dumps({"paired": paired}))
+    (results / "small" / table / name).write_text(json.dumps({"contrasts": paired}))
 
 
 def _contrast(delta, se, verdict, seeds=1):
