@@ -211,10 +211,10 @@ def evaluate(model, tokenizer, corpus_dir, *, k: int = C.EVAL_K, temperature: fl
         head = (f"# Evaluation: {len(tasks)} tasks x {k} samples, temperature {temperature}, "
                 f"step limit {step_limit}\n\ncorpus `{corpus_dir}`\n")
         (out / "results.md").write_text(markdown(table, k, head, base_md))
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
         with open(out / "samples.jsonl", "w") as f:
             for o in outcomes:
                 f.write(json.dumps(o) + "\n")
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))   # last: it marks a finished evaluation
     return summary
 
 

@@ -11,7 +11,7 @@ stop reason -- everything but the transcript, which only the repeat probe reads;
 store's samples have no ``text``). ``save`` copies exactly those of
 every *finished* artifact of the store's home into ``results/<scale>/carry/<home>/`` (JSONL files
 gzipped), with a manifest of the folders it came from; ``restore`` puts them back, never over a
-file that is already there. A half-trained run is not carried: its progress is its weights.
+local artifact. A half-trained run is not carried: its progress is its weights.
 
 After a restore the store treats a carried run as built: a table that only needs its evaluations
 costs nothing, and one that needs its weights (a student, a teacher, a new evaluation) makes the
@@ -45,14 +45,24 @@ def carry_dir(results: Path, home: Path) -> Path:
 
 def finished_artifacts(home: Path) -> list[Path]:
     """Every finished artifact under ``home``: run folders with a summary, MOPD cascades with
-    ``mopd.json``, evaluation folders with ``summary.json``."""
+    ``mopd.json``, evaluation folders whose ``summary.json`` and samples agree (an evaluation that
+    is still writing its samples is not finished)."""
     found = []
     for group in ("pretrain", "posttrain"):
         for run in sorted((home / group).glob("*")):
             if run.is_dir() and (rundir.is_finished(run) or (run / "mopd.json").is_file()):
                 found.append(run)
-    found += [e for e in sorted((home / "eval").glob("*")) if (e / "summary.json").is_file()]
+    found += [e for e in sorted((home / "eval").glob("*")) if _complete_evaluation(e)]
     return found
+
+
+def _complete_evaluation(folder: Path) -> bool:
+    try:
+        episodes = json.loads((folder / "summary.json").read_text()).get("episodes")
+        with open(folder / SAMPLES, "rb") as f:
+            return episodes is None or sum(1 for _ in f) == episodes
+    except (OSError, ValueError):
+        return False
 
 
 def _without_text(sample: dict) -> dict:
@@ -67,9 +77,43 @@ def _kept(path: Path, artifact: Path) -> bool:
                 or any(part.startswith((".tmp-", ".old-")) or part.endswith(".lock") for part in rel.parts))
 
 
+def _copy(path: Path, dest: Path) -> None:
+    """One file into the carry: JSONL gzipped (samples without their transcripts), the rest as is."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix != ".jsonl":
+        shutil.copy2(path, dest)
+        return
+    with open(path, "rb") as src, gzip.GzipFile(dest.with_name(dest.name + ".gz"), "wb", mtime=0) as out:
+        if path.name != SAMPLES:
+            shutil.copyfileobj(src, out)
+            return
+        for n, line in enumerate(src, start=1):
+            try:
+                out.write((json.dumps(_without_text(json.loads(line))) + "\n").encode())
+            except ValueError:
+                raise UsageError(f"{path}: line {n} is not JSON; delete that evaluation folder and rerun it") from None
+
+
+def _read_manifest(source: Path) -> dict:
+    try:
+        manifest = json.loads((source / MANIFEST).read_text())
+        if not all(isinstance(manifest.get(k), list) for k in ("artifacts", "folders", "without_weights")):
+            raise ValueError("it lacks the artifacts, folders or without_weights list")
+        return manifest
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{source} holds no readable {MANIFEST} ({exc}): nothing carried there "
+                         "(`python -m reproduce.carry save` writes it)") from None
+
+
+def _within(rel: str, artifact: str) -> bool:
+    return rel == artifact or rel.startswith(artifact + "/")
+
+
 def save(home: Path, target: Path) -> dict:
     """Copy the finished artifacts of ``home`` (records and evaluations, no weights) to ``target``,
-    replacing what was there in one rename; returns the manifest."""
+    replacing what was there in one rename; returns the manifest. An artifact the previous carry
+    held that is no longer finished here (a carried run being trained again) keeps its carried copy:
+    a carry never loses finished work."""
     home, target = Path(home), Path(target)
     if not home.is_dir():
         raise UsageError(f"{home} does not exist: nothing to carry (build something with `python -m reproduce` first)")
@@ -77,27 +121,27 @@ def save(home: Path, target: Path) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     manifest = {"home": home.name, "artifacts": [], "folders": [], "without_weights": []}
     for artifact in finished_artifacts(home):
-        rel = artifact.relative_to(home)
-        manifest["artifacts"].append(str(rel))
+        manifest["artifacts"].append(str(artifact.relative_to(home)))
         for path in sorted(artifact.rglob("*")):
             if not _kept(path, artifact):
                 continue
-            dest = tmp / path.relative_to(home)
+            rel = str(path.relative_to(home))
             if path.is_dir():
-                manifest["folders"].append(str(path.relative_to(home)))
+                manifest["folders"].append(rel)
                 if (path / CHECKPOINT_RECORD).is_file() and (path / WEIGHTS).is_file():
-                    manifest["without_weights"].append(str(path.relative_to(home)))
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if path.suffix == ".jsonl":
-                with open(path, "rb") as src, gzip.GzipFile(dest.with_name(dest.name + ".gz"), "wb", mtime=0) as out:
-                    if path.name == SAMPLES:
-                        for line in src:
-                            out.write((json.dumps(_without_text(json.loads(line))) + "\n").encode())
-                    else:
-                        shutil.copyfileobj(src, out)
+                    manifest["without_weights"].append(rel)
             else:
-                shutil.copy2(path, dest)
+                _copy(path, tmp / rel)
+    if (target / MANIFEST).is_file():
+        old = _read_manifest(target)
+        for artifact in (a for a in old["artifacts"] if a not in manifest["artifacts"]):
+            manifest["artifacts"].append(artifact)
+            for key in ("folders", "without_weights"):
+                manifest[key] += [f for f in old[key] if _within(f, artifact)]
+            for path in (target / artifact).rglob("*") if (target / artifact).is_dir() else ():
+                if path.is_file():
+                    (tmp / path.relative_to(target)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, tmp / path.relative_to(target))
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     if target.exists():
@@ -107,33 +151,28 @@ def save(home: Path, target: Path) -> dict:
 
 
 def restore(source: Path, home: Path) -> list[str]:
-    """Put a carried store back under ``home``: every file that is not already there, JSONL files
-    unzipped, the folders of the manifest recreated (checkpoint folders without their weights).
-    Returns the artifacts restored (those of which nothing was present before)."""
+    """Put a carried store back under ``home``: each carried artifact of which nothing is there yet
+    (a local one, finished or half-built, is left alone), JSONL files unzipped, its folders
+    recreated (checkpoint folders without their weights). Returns the artifacts restored."""
     source, home = Path(source), Path(home)
-    try:
-        manifest = json.loads((source / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{source} holds no readable {MANIFEST} ({exc}): nothing carried there "
-                         "(`python -m reproduce.carry save` writes it)") from None
+    manifest = _read_manifest(source)
     restored = [a for a in manifest["artifacts"] if not (home / a).exists()]
-    for folder in manifest["folders"]:
-        (home / folder).mkdir(parents=True, exist_ok=True)
-    for path in sorted(source.rglob("*")):
-        if path.is_dir() or path.name == MANIFEST:
-            continue
-        rel = path.relative_to(source)
-        dest = home / (rel.with_suffix("") if path.suffix == ".gz" else rel)
-        if dest.exists():
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        part = dest.with_name(f".tmp-{dest.name}")
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as src, open(part, "wb") as out:
-                shutil.copyfileobj(src, out)
-        else:
-            shutil.copy2(path, part)
-        part.rename(dest)
+    for artifact in restored:
+        for folder in (f for f in manifest["folders"] if _within(f, artifact)):
+            (home / folder).mkdir(parents=True, exist_ok=True)
+        for path in sorted((source / artifact).rglob("*")):
+            if path.is_dir():
+                continue
+            rel = path.relative_to(source)
+            dest = home / (rel.with_suffix("") if path.suffix == ".gz" else rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            part = dest.with_name(f".tmp-{dest.name}")
+            if path.suffix == ".gz":
+                with gzip.open(path, "rb") as src, open(part, "wb") as out:
+                    shutil.copyfileobj(src, out)
+            else:
+                shutil.copy2(path, part)
+            part.rename(dest)
     return restored
 
 
@@ -146,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="the tracked folder that holds <scale>/carry/")
 
     def go() -> int:
+        from planning_gym.scales import check_scale
         from reproduce.store import Store
         args = p.parse_args(argv)
-        store = Store(args.scale, Path(args.root), seed=args.seed)
+        store = Store(check_scale(args.scale), Path(args.root), seed=args.seed)
         where = carry_dir(Path(args.results), store.home)
         if args.action == "save":
             m = save(store.home, where)

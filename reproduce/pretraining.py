@@ -60,6 +60,7 @@ def equal_trajectory_steps(reference: Path, other: Path) -> int:
 def world_model_vs_direct(store: Store) -> Report:
     report = Report("Figs. 3-4: world-model CoT vs direct actions")
     arms = {"world model": store.pretrained(), "direct": store.pretrained(cot_format="direct")}
+    store.corpus(), store.corpus(cot_format="direct")      # counted below (a restored store has no corpora)
     eq_steps = equal_trajectory_steps(arms["world model"], arms["direct"])
     equal = arms["direct"] if eq_steps == trained_steps(arms["direct"]) else \
         store.pretrained(cot_format="direct", steps=eq_steps)

@@ -40,8 +40,11 @@ def publish(table: str, scale: str, runs: Path = Path("runs/reproduce"), results
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
+        table_time = (source / "table.md").stat().st_mtime
         for f in sorted(source.iterdir()):
             if f.is_file() and f.suffix in (".md", ".json", ".png"):
+                if f.name.startswith("seeds") and f.stat().st_mtime < table_time:
+                    continue        # a merge of earlier seeds, older than the table: not this reproduction's
                 shutil.copy2(f, tmp / f.name)
         if target.is_dir():
             for d in target.iterdir():

@@ -129,15 +129,15 @@ class Store:
         from pretrain.train import main as pretrain_main
         base = self.corpus_config(domains=family)
         with self._exclusive(run):
-            if again and not _without_weights(run):
-                return run                  # another process trained it meanwhile
-            if again:
+            carried = _without_weights(run)
+            if not carried and (again or rundir.is_finished(run)):
+                return run                  # another process built it meanwhile
+            if carried:
                 self.log(f"[reproduce] {run} was carried without its weights; training it again")
+                (run / rundir.SUMMARY).unlink(missing_ok=True)   # first: cut off from here on, it is unfinished
                 for part in run.iterdir():
                     if part.name != rundir.TOKENIZER:
                         shutil.rmtree(part) if part.is_dir() else part.unlink()
-            elif rundir.is_finished(run):     # another process built it meanwhile
-                return run
             data = self.corpus(**changes)
             if run.name.partition("@")[0] != base.name:
                 base_run = self.pretrained(domains=family)
@@ -206,23 +206,21 @@ class Store:
         self._origins[run] = lambda: self._forget(run) and self.posttrained(name, method, student, teacher, **overrides)
         cfg = self.posttrain_config(method, **overrides)
         with self._exclusive(run):
-            if _without_weights(run) and not rundir.is_finished(run):
-                shutil.rmtree(run)      # cannot happen through a carry (it keeps finished runs only)
+            carried = _without_weights(run)      # restored by reproduce.carry: records and evaluations only
             wanted = {"config": dataclasses.asdict(cfg), "student": str(student), "teacher": str(teacher) if teacher else None}
             diff = _differences(run / rundir.TRAIN_CONFIG, wanted,
                                 _defaults(cfg))
-            if set(diff) == {"steps"} and _extendable(run, method, diff["steps"][0], cfg.steps):
+            if set(diff) == {"steps"} and not carried and _extendable(run, method, diff["steps"][0], cfg.steps):
                 # only longer: the lr is constant, so training on from the checkpoint at the old last step
                 # is the longer run (the budget sweep's rule); its summary goes until the new end
                 self.log(f"[reproduce] {run} was built with steps={diff['steps'][0]}; extending it to {cfg.steps}")
                 (run / rundir.SUMMARY).unlink(missing_ok=True)
-            elif diff:       # built under other settings (a budget or default changed since): not this run
-                self.log(f"[reproduce] {run} was built with {_describe(diff)}; rebuilding it")
+            elif diff:       # built under other settings (a budget or default changed since), or a carried
+                self.log(f"[reproduce] {run} was built with {_describe(diff)}; rebuilding it")   # run to extend
                 shutil.rmtree(run)
             elif rundir.is_finished(run):
                 return run
-            if _without_weights(run):      # a carried run to extend: its checkpoint has no weights to go on from
-                self.log(f"[reproduce] {run} was carried without its weights; training it from the start")
+            if carried and run.exists():       # cut off while carried: its checkpoints hold no weights
                 shutil.rmtree(run)
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
@@ -367,18 +365,16 @@ class Store:
 
 
 def _without_weights(model: Path) -> bool:
-    """Was ``model`` (a checkpoint, a finished run, an MOPD cascade or stage) restored from a carry
-    (reproduce.carry) without its weights?"""
-    from pretrain.checkpoint import final_checkpoint
+    """Was ``model`` (a checkpoint, a run finished or cut off, an MOPD cascade or stage) restored from
+    a carry (reproduce.carry) without its weights? A run is judged by its final (or newest) checkpoint."""
+    from pretrain.checkpoint import final_checkpoint, latest_checkpoint
     model = Path(model)
     if (model / "trainer_state.json").is_file():                  # a checkpoint
         return not (model / WEIGHTS).is_file()
     if any(_without_weights(stage) for stage in sorted(model.glob("stage_*"))):   # an MOPD cascade
         return True
-    if rundir.is_finished(model):
-        ckpt = final_checkpoint(model)
-        return ckpt is not None and not (ckpt / WEIGHTS).is_file()
-    return False
+    ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
+    return ckpt is not None and not (ckpt / WEIGHTS).is_file()
 
 
 def _covers(summary: dict, splits, difficulties) -> bool:

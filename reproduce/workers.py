@@ -114,8 +114,8 @@ def run_workers(table: str, store: Store, workers: int, say=print) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    p = argparse.ArgumentParser(prog="python -m reproduce.workers", description=__doc__.split("\n")[0])
+    from planning_gym.cli import Parser, entry
+    p = Parser(prog="python -m reproduce.workers", description=__doc__.split("\n")[0])
     p.add_argument("table")
     p.add_argument("--scale", required=True)
     p.add_argument("--root", default="runs/reproduce")
@@ -123,13 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--of", type=int, required=True)
-    args = p.parse_args(argv)
-    store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed)
-    units, requests = needs(args.table, store)
-    done = work(store, units, requests, args.index, args.of)
-    print(f"[reproduce] worker {args.index} of {args.of}: all {len(units)} units of {args.table} are built "
-          f"({done} passed through this worker)")
-    return 0
+
+    def go() -> int:
+        args = p.parse_args(argv)
+        store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed)
+        units, requests = needs(args.table, store)
+        done = work(store, units, requests, args.index, args.of)
+        print(f"[reproduce] worker {args.index} of {args.of}: all {len(units)} units of {args.table} are built "
+              f"({done} passed through this worker)")
+        return 0
+    return entry(go)
 
 
 if __name__ == "__main__":

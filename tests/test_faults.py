@@ -358,6 +358,12 @@ def test_publish_refuses_a_partial_reproduction_and_swaps_a_finished_one_in_whol
                                                      "table.md"]
     assert (dst / "table.md").read_text() == "new table" and (dst / "eval-16-tasks" / "note.md").is_file()
     assert not [p for p in dst.parent.iterdir() if p.name.startswith(".")]
+    import os
+    (src / "seeds_results.json").write_text("{}")         # an earlier multi-seed merge, older than the table:
+    os.utime(src / "seeds_results.json", (1, 1))           # not published beside it (the scoreboard prefers it)
+    (src / "seeds.md").write_text("merged")
+    assert main(argv) == 0
+    assert (dst / "seeds.md").is_file() and not (dst / "seeds_results.json").exists()
 
 
 def _children(pid: int) -> list[int]:

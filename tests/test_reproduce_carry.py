@@ -122,10 +122,30 @@ def test_restore_never_overwrites_and_a_model_the_store_was_not_asked_for_is_ref
     mine = store.home / "pretrain" / run.name / "metrics.jsonl"
     mine.parent.mkdir(parents=True)
     mine.write_text("mine\n")
-    assert carry.restore(where, store.home) == []          # the run was there already
-    assert mine.read_text() == "mine\n"
+    assert carry.restore(where, store.home) == []          # the run was there already, half-built: left alone
+    assert mine.read_text() == "mine\n" and not (mine.parent / "summary.json").exists()
+    fresh = _store(tmp_path / "c")
+    carry.restore(where, fresh.home)
     with pytest.raises(ReproductionError, match="did not ask the store for it"):
-        store.weights(store.home / "pretrain" / run.name)
+        fresh.weights(fresh.home / "pretrain" / run.name)
+
+
+def test_a_half_written_evaluation_is_not_carried_and_a_carry_never_loses_finished_work(tmp_path, fake_pretrain):
+    store = _store(tmp_path / "a")
+    run = _finished_pretrain(store)
+    _evaluated(store, run)
+    out = store._eval_dir(run, None)
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps({**summary, "episodes": 21}))     # 20 samples written so far
+    where = carry.carry_dir(tmp_path / "results", store.home)
+    assert carry.save(store.home, where)["artifacts"] == [f"pretrain/{run.name}"]
+    (out / "summary.json").write_text(json.dumps({**summary, "episodes": 20}))
+    assert len(carry.save(store.home, where)["artifacts"]) == 2
+    (run / "summary.json").unlink()                        # the run is being trained again here
+    manifest = carry.save(store.home, where)
+    assert f"pretrain/{run.name}" in manifest["artifacts"]  # its carried copy stays
+    assert (where / "pretrain" / run.name / "summary.json").is_file()
+    assert f"pretrain/{run.name}/checkpoints/step_000200" in manifest["folders"]
 
 
 def test_the_cli_refuses_a_missing_carry_and_a_missing_store_with_one_line(tmp_path, capsys):
@@ -136,3 +156,48 @@ def test_the_cli_refuses_a_missing_carry_and_a_missing_store_with_one_line(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
     assert "MANIFEST.json" in err[0] and "nothing to carry" in err[1]
+
+
+def test_a_carried_post_training_run_is_trained_again_from_the_start_when_extended_or_loaded(tmp_path, fake_pretrain,
+                                                                                            monkeypatch):
+    import dataclasses
+
+    import posttrain.train
+    calls = []
+
+    class Recorder:                   # writes what a finished run has: its record, a checkpoint, a summary
+        def __init__(self, cfg, student, teacher, out, data, resume):
+            calls.append((cfg.steps, resume))
+            self.cfg, self.out, self.student = cfg, out, student
+
+        def fit(self):
+            ckpt = self.out / "checkpoints" / f"step_{self.cfg.steps:06d}"
+            ckpt.mkdir(parents=True, exist_ok=True)
+            (ckpt / "trainer_state.json").write_text("{}")
+            (ckpt / "model.safetensors").write_bytes(b"\0" * 8)
+            (self.out / "train_config.json").write_text(json.dumps(
+                {"config": dataclasses.asdict(self.cfg), "student": str(self.student), "teacher": None}))
+            (self.out / "summary.json").write_text(json.dumps({"checkpoint": f"checkpoints/{ckpt.name}"}))
+    monkeypatch.setattr(posttrain.train, "Trainer", Recorder)
+    old = _store(tmp_path / "a")
+    student = old.checkpoint(_finished_pretrain(old), 200)
+    old.posttrained("x", "grpo", student)
+    steps = calls[0][0]
+    where = carry.carry_dir(tmp_path / "results", old.home)
+    carry.save(old.home, where)
+
+    store = _store(tmp_path / "a")          # the same paths, as a new machine with the same checkout has
+    import shutil
+    shutil.rmtree(store.home)
+    carry.restore(where, store.home)
+    assert store.checkpoint(store.pretrained(), 200) == student      # as a table asks for its student
+    run = store.posttrained("x", "grpo", student)
+    assert len(calls) == 1                                # finished: its evaluations are all a table reads
+    store.weights(run)                                    # now something loads it: the store trains it again
+    assert calls[1:] == [(steps, False)] and (run / "checkpoints" / f"step_{steps:06d}" / "model.safetensors").is_file()
+
+    shutil.rmtree(store.home)
+    carry.restore(where, store.home)
+    store.pretrained()
+    store.posttrained("x", "grpo", student, steps=steps + 4)     # longer: normally extended from its checkpoint,
+    assert calls[2:] == [(steps + 4, False)]                    # but a carried one has no weights to go on from
