@@ -38,7 +38,9 @@ from planning_gym.constants import EVAL_K
 from planning_gym.scales import REPRODUCE
 from pretrain import rundir
 
-WEIGHTS = "model.safetensors"      # a checkpoint's weights (pretrain.checkpoint), left behind by reproduce.carry
+# a checkpoint's weights (pretrain.checkpoint; a large model's are sharded behind an index), which reproduce.carry
+# leaves behind
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 BUDGETS = REPRODUCE     # the reproductions' budgets per scale live with every other preset (planning_gym.scales)
 
 
@@ -370,11 +372,15 @@ def _without_weights(model: Path) -> bool:
     from pretrain.checkpoint import final_checkpoint, latest_checkpoint
     model = Path(model)
     if (model / "trainer_state.json").is_file():                  # a checkpoint
-        return not (model / WEIGHTS).is_file()
+        return not has_weights(model)
     if any(_without_weights(stage) for stage in sorted(model.glob("stage_*"))):   # an MOPD cascade
         return True
     ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
-    return ckpt is not None and not (ckpt / WEIGHTS).is_file()
+    return ckpt is not None and not has_weights(ckpt)
+
+
+def has_weights(checkpoint: Path) -> bool:
+    return any((Path(checkpoint) / name).is_file() for name in WEIGHTS)
 
 
 def _covers(summary: dict, splits, difficulties) -> bool:

@@ -305,7 +305,9 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
             built.append(self.cfg.lr)
             resumed.append(self.resume)
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "checkpoints" / f"step_{self.cfg.steps:06d}").mkdir(parents=True, exist_ok=True)
+            ckpt = self.out / "checkpoints" / f"step_{self.cfg.steps:06d}"
+            ckpt.mkdir(parents=True, exist_ok=True)
+            (ckpt / "model.safetensors").write_bytes(b"")          # a checkpoint has weights (see reproduce.carry)
             (self.out / "train_config.json").write_text(json.dumps(
                 {"config": dataclasses.asdict(self.cfg), "student": str(self.student),
                  "teacher": str(self.teacher) if self.teacher else None}))
