@@ -17,7 +17,6 @@ The papers give no numbers for Tables 6-7 (only plots), so those tables have no 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ def build(store: Store, regime: str) -> dict:
     teachers = {d: store.pretrained(family=CASCADE, domains=(d,), patterns=REGIMES[regime][d]) for d in CASCADE}
     run = store.mopd(f"mopd-{regime}", student, [(d, teachers[d]) for d in CASCADE])
     stages = {d: run / f"stage_{i}_{d}" for i, d in enumerate(CASCADE, start=1)}
-    corpus = Path(json.loads((student / "train_config.json").read_text())["data"])
+    corpus = store.corpus(domains=CASCADE, patterns=STUDENT_PATTERNS)      # the student's (made again if gone)
     return {"student": student, "teachers": teachers, "run": run, "stages": stages, "corpus": corpus}
 
 

@@ -17,7 +17,6 @@ this is the setting the post-training budget was chosen on (`reproduce.budget_sw
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -187,7 +186,7 @@ def knowledge_mismatch(store: Store) -> Report:
     report = Report("Table 4 / Figs. 11-15: matched vs crossed-recipe teacher")
     teacher_a, teacher_b = store.pretrained(), store.pretrained(recipe="B")
     student = store.checkpoint(teacher_a)
-    corpus_a = json.loads((teacher_a / "train_config.json").read_text())["data"]
+    corpus_a = str(store.corpus())            # teacher A's and the student's corpus (made again if gone)
     # the two arms differ only in the teacher; OPD as in the Physics paper (top-k PHYSICS_OPD_TOPK = 100)
     runs = {arm: store.posttrained(f"table4-opd-{name}", "opd", student, teacher, topk=PHYSICS_OPD_TOPK,
                                    eval_at_start=False, eval_every=0)
