@@ -68,6 +68,54 @@ def published(results: Path, scale: str, table: str) -> dict | None:
     return None
 
 
+def measured(results: Path, scale: str) -> list[tuple[str, str, dict, str]]:
+    """(table, contrast name, published contrast, the paper's number) of every claim with a result."""
+    out = []
+    for _, table, name, paper in CLAIMS:
+        c = (published(results, scale, table) or {}).get(name)
+        if c is not None:
+            out.append((table, name, c, paper))
+    return out
+
+
+def figure_path(results: Path, scale: str) -> Path:
+    return Path(results) / scale / "scoreboard.png"
+
+
+def plot(results: Path, scale: str) -> Path | None:
+    """Each measured claim's difference with its verdict interval (± two standard errors), coloured by
+    the verdict, the paper's number as a diamond where it gives one; None when nothing is measured."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    done = measured(results, scale)
+    if not done:
+        return None
+    colors = {"agrees": "#31a354", "disagrees": "#de2d26", "cannot tell": "#969696"}
+    fig = Figure(figsize=(8, 1.2 + 0.45 * len(done)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for y, (table, name, c, paper) in enumerate(reversed(done)):
+        err = 2 * c["se"] if c["se"] == c["se"] else 0.0
+        ax.errorbar(c["delta"], y, xerr=err, fmt="o", color=colors[c["verdict"]], capsize=3)
+        try:
+            ax.scatter(float(paper.replace("−", "-")), y, marker="D", s=28, color="black", zorder=3)
+        except ValueError:
+            pass                                   # the paper gives no number for this comparison
+    ax.axvline(0.0, color="black", lw=0.6)
+    ax.set_yticks(range(len(done)), [f"{t}: {n}" for t, n, _, _ in reversed(done)], fontsize=8)
+    ax.set_xlabel("our difference, points (± 2 SE: the verdict's interval)")
+    ax.set_title(f"Claims measured at {scale}, by verdict; ◆ the paper's number", fontsize=10)
+    handles = [Line2D([], [], marker="o", ls="", color=col, label=v) for v, col in colors.items()]
+    handles.append(Line2D([], [], marker="D", ls="", color="black", label="paper"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=True)
+    fig.tight_layout()
+    path = figure_path(results, scale)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
 def rows(results: Path, scale: str) -> list[list[str]]:
     out = []
     for claim, table, name, paper in CLAIMS:
@@ -84,7 +132,11 @@ def rows(results: Path, scale: str) -> list[list[str]]:
 
 def board(results: Path, scale: str) -> str:
     lines = ["| claim (paper) | paper | ours (" + scale + ", current gym) | verdict |", "|---|---|---|---|"]
-    return "\n".join([BEGIN, *lines, *("| " + " | ".join(r) + " |" for r in rows(results, scale)), END])
+    lines += ["| " + " | ".join(r) + " |" for r in rows(results, scale)]
+    if measured(results, scale):
+        lines += ["", f"![each measured claim: our difference ± 2 SE, by verdict, beside the paper's]"
+                      f"({figure_path(Path(), scale)})"]
+    return "\n".join([BEGIN, *lines, END])
 
 
 def write(readme: Path, results: Path, scale: str, check: bool = False) -> bool:
@@ -94,8 +146,10 @@ def write(readme: Path, results: Path, scale: str, check: bool = False) -> bool:
         raise UsageError(f"{readme} has no scoreboard markers ({BEGIN} … {END}): add them where the table goes")
     head, rest = text.split(BEGIN, 1)
     new = head + board(results, scale) + rest.split(END, 1)[1]
-    if new != text and not check:
-        Path(readme).write_text(new)
+    if not check:
+        plot(results, scale)
+        if new != text:
+            Path(readme).write_text(new)
     return new == text
 
 

@@ -48,3 +48,13 @@ def test_the_board_replaces_only_its_block_and_check_says_when_it_is_stale(tmp_p
 def test_the_published_scoreboard_is_current():
     assert scoreboard.write(REPO / "results" / "README.md", REPO / "results", "small", check=True), \
         "results/README.md's scoreboard is stale: run `python -m reproduce.scoreboard`"
+
+
+def test_the_figure_shows_what_the_board_says_and_is_linked_from_it(tmp_path):
+    _publish(tmp_path, "fig6", {"4opt8sub/long": _contrast(-12.5, 4.1, "agrees")})
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{scoreboard.BEGIN}\n{scoreboard.END}\n")
+    assert scoreboard.plot(tmp_path / "empty", "small") is None          # nothing measured, no figure
+    scoreboard.write(readme, tmp_path, "small")
+    png = tmp_path / "small" / "scoreboard.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(small/scoreboard.png)" in readme.read_text()
