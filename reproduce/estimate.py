@@ -79,13 +79,8 @@ class Plan:
                 run = home / "posttrain" / key     # settings only: the plan does not know the runs' paths
                 done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
                                                                 {"config": dataclasses.asdict(cfg)}, _defaults(cfg))
-        else:                                                # "<run>", "<run>@student" or "<run>@<step>"
-            run, _, at = key.rpartition("@")
-            if at == "student" or at.isdigit():
-                step = self.store.budget["student_step"] if at == "student" else int(at)
-                model = home / "pretrain" / run / "checkpoints" / f"step_{step:06d}"
-            else:                                            # a run (its name may hold "@<family>")
-                model = home / "pretrain" / key
+        else:
+            model = model_path(self.store, key)
             if not model.exists():
                 return False
             data = self.store.data_dir / corpus.partition("@")[0] if corpus else None
@@ -152,6 +147,16 @@ def run_key(model: str) -> str:
     """The pre-training run of a model key: ``<run>``, ``<run>@student`` or ``<run>@<step>``."""
     run, _, at = model.rpartition("@")
     return run if at == "student" or at.isdigit() else model
+
+
+def model_path(store, key: str) -> Path:
+    """The folder of a model key: a pre-training run, or its checkpoint for ``<run>@student`` / ``<run>@<step>``."""
+    run = store.home / "pretrain" / run_key(key)
+    at = key[len(run_key(key)) + 1:]
+    if not at:
+        return run
+    step = store.budget["student_step"] if at == "student" else int(at)
+    return run / "checkpoints" / f"step_{step:06d}"
 
 
 def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False) -> Plan:

@@ -32,16 +32,6 @@ def needs(table: str, store: Store) -> tuple[list[tuple[str, str]], dict]:
     return p.needs.get(table, []), p.requests
 
 
-def _model(store: Store, key: str) -> Path:
-    from reproduce.estimate import run_key
-    run = store.home / "pretrain" / run_key(key)
-    at = key[len(run_key(key)) + 1:]
-    if not at:
-        return run
-    step = store.budget["student_step"] if at == "student" else int(at)
-    return run / rundir.CHECKPOINTS / f"step_{step:06d}"
-
-
 def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
     """Are a unit's inputs built: a family member's base (its tokenizer), an evaluation's run?"""
     from reproduce.estimate import run_key
@@ -55,11 +45,12 @@ def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
+    from reproduce.estimate import model_path
     kind, key = unit
     if kind == "pretrain":
         store.pretrained(**requests[key])
     else:
-        store.evaluation(_model(store, key))
+        store.evaluation(model_path(store, key))
 
 
 def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int, workers: int,
