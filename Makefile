@@ -35,7 +35,7 @@ help:
 	@echo "make curves RUNS=\"runs/a runs/b\" [REF=a]           training-curve PNGs (+ comparison.md against run a)"
 	@echo "make region-map RUNS=\"runs/a runs/b\" [OUT=...]     horizon x quality map of Δavg@8 ± SE per method (PNG + table)"
 	@echo "make reproduce TABLE=fig3-4 [SCALE=tiny] [SEEDS=3] [JOBS=3] one paper table/figure (JOBS: seeds at once; no TABLE: list them)"
-	@echo "     [WORKERS=2]                                   build the table's models and evaluations 2 at a time first"
+	@echo "     [WORKERS=2] [ONLY='fig7-grpo-*']              build the table's runs 2 at a time first (ONLY: just these, no table)"
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked);"
 	@echo "                                                 then rewrite results/README.md's scoreboard from them"
@@ -127,7 +127,7 @@ region-map: $(STAMP)
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=
 reproduce: $(STAMP)
-	$(BIN)/python -m reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(WORKERS),--workers $(WORKERS))
+	$(BIN)/python -m reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(ONLY),--only '$(ONLY)')
 
 reproduce-all: $(STAMP)
 	$(BIN)/python -m reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))

@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="with all: run this many tables at once, one process each (default 1)")
     p.add_argument("--workers", type=int, default=1,
                    help="build a table's pre-trainings and evaluations in this many processes first (default 1)")
+    p.add_argument("--only", default="", metavar="GLOBS",
+                   help="build only the table's units whose key matches one of these comma-separated globs "
+                        "(e.g. 'fig7-grpo-*,*@student'), with --workers processes, and write no table")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
@@ -203,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproductionError(f"--workers must be at least 1, not {args.workers}")
         if args.seed is not None and (args.seed < 0 or args.seeds != 1):
             raise ReproductionError("--seed S runs one seed (S >= 0); it cannot be combined with --seeds")
+        if args.only and (args.table == "all" or args.jobs > 1):
+            raise ReproductionError("--only builds part of one table: name the table, without --jobs")
         seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
         stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in seeds]
         todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
@@ -227,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         else:
             for table_id in todo:
-                if args.workers > 1:
+                if args.workers > 1 or args.only:
                     from reproduce.workers import run_workers
                     for store in stores:
-                        run_workers(table_id, store, args.workers, say=store.log)
-                reproduce_seeds(table_id, stores)
+                        run_workers(table_id, store, args.workers, say=store.log, only=args.only)
+                if not args.only:
+                    reproduce_seeds(table_id, stores)
         if len(todo) > 1:
             print(f"reproduced {len(todo)} tables at scale {scale} ({args.seeds} seed(s)) in "
                   f"{(time.time() - t0) / 60:.1f} min under {stores[0].home}")

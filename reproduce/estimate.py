@@ -128,8 +128,14 @@ class Plan:
             row["evals"] += 1
             row["eval_flops"] += 2.0 * self.n * self.episode_tokens * self._eval_episodes(domains)
 
-    def posttrained(self, name: str, method: str, domains: int = 1, **overrides) -> str:
+    def posttrained(self, name: str, method: str, domains: int = 1, student: str | None = None,
+                    teacher: str | None = None, **overrides) -> str:
+        """``student`` / ``teacher``: model keys (as for `evaluation`); with them the run is one of the
+        table's needs, built by `reproduce.workers` as the table would ask for it."""
         cfg = self.store.posttrain_config(method, **overrides)
+        if student is not None:
+            self.requests[name] = dict(method=method, student=student, teacher=teacher, overrides=overrides)
+            self._need(("posttrain", name))
         if self._new("posttrain " + name) and not self._built("posttrain", name, cfg):
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
             teacher = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
@@ -182,23 +188,24 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                            else [dict(patterns=q) for q in pretraining.QUALITIES]):
                 p.evaluation(p.pretrained(**change))
         elif t == "fig7":
-            p.pretrained()
+            teacher = p.pretrained()
             for q in shaping.QUALITIES:
-                p.evaluation(f"{p.pretrained(patterns=q)}@student")
+                student = f"{p.pretrained(patterns=q)}@student"
+                p.evaluation(student)
                 for d in shaping.DIFFS:
                     for m in ("grpo", "opd"):
-                        p.posttrained(f"fig7-{m}-{q}-{d}", m, difficulties=d, eval_every=0, eval_splits="ID",
-                                      eval_difficulties=d)
+                        p.posttrained(f"fig7-{m}-{q}-{d}", m, student=student, teacher=teacher if m == "opd" else None,
+                                      difficulties=d, eval_every=0, eval_splits="ID", eval_difficulties=d)
         elif t == "fig9-10":
-            p.pretrained(patterns="4opt4sub"), p.pretrained()
+            student, teacher = f"{p.pretrained(patterns='4opt4sub')}@student", p.pretrained()
             for m in ("grpo", "opd"):
-                p.posttrained(f"fig9-{m}-4opt4sub-long", m, difficulties="long", eval_every=0, ckpt_every=1,
-                              keep_checkpoints=0)
+                p.posttrained(f"fig9-{m}-4opt4sub-long", m, student=student, teacher=teacher if m == "opd" else None,
+                              difficulties="long", eval_every=0, ckpt_every=1, keep_checkpoints=0)
         elif t == "table4":
             a, b = p.pretrained(), p.pretrained(recipe="B")
-            for arm in ("matched", "crossed"):
-                p.posttrained(f"table4-opd-{arm}", "opd", topk=shaping.PHYSICS_OPD_TOPK, eval_at_start=False,
-                              eval_every=0)
+            for arm, teacher in (("matched", a), ("crossed", b)):
+                p.posttrained(f"table4-opd-{arm}", "opd", student=f"{a}@student", teacher=teacher,
+                              topk=shaping.PHYSICS_OPD_TOPK, eval_at_start=False, eval_every=0)
             for model, corpus in ((f"{a}@student", ""), (a, ""), (b, ""), (b, a)):
                 p.evaluation(model, corpus)
         elif t in ("mopd", "fig22"):
@@ -213,16 +220,17 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                     p.posttrained(f"mopd-{regime}/{d}", "opd", domains=n, eval_every=0)   # one stage
         elif t in ("turnopd", "turnopd-ablation"):
             base = p.pretrained()
-            p.evaluation(f"{base}@student")
+            student = f"{base}@student"
+            p.evaluation(student)
             arms = turnopd.METHODS.values() if t == "turnopd" else ("opd", "turnopd")
             for m in arms:
-                p.posttrained(f"turnopd-main-{m}", m, topk=TURNOPD_TOPK, eval_at_start=False,
-                              **(turnopd.tcod_overrides(p.store) if m == "tcod" else {}))
+                p.posttrained(f"turnopd-main-{m}", m, student=student, teacher=base, topk=TURNOPD_TOPK,
+                              eval_at_start=False, **(turnopd.tcod_overrides(p.store) if m == "tcod" else {}))
             if t == "turnopd-ablation":
                 for arm, flags in turnopd.ARMS.items():
                     if arm not in ("vanilla OPD", "both (TurnOPD)"):
-                        p.posttrained(f"turnopd-ablation-{turnopd._slug(arm)}", "turnopd", topk=TURNOPD_TOPK,
-                                      eval_at_start=False, **flags)
+                        p.posttrained(f"turnopd-ablation-{turnopd._slug(arm)}", "turnopd", student=student,
+                                      teacher=base, topk=TURNOPD_TOPK, eval_at_start=False, **flags)
         p._row()
     return p
 

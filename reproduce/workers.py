@@ -1,20 +1,24 @@
-"""Build one table's pre-trainings and evaluations in several processes, then let the table read them.
+"""Build one table's trainings and evaluations in several processes, then let the table read them.
 
     python -m reproduce TABLE --scale small --workers 2        (make reproduce TABLE=fig6 SCALE=small WORKERS=2)
+    python -m reproduce fig7 --scale small --workers 2 --only 'fig7-grpo-*,*@student'   (part of a table)
 
 Why this exists: a table asks the store for its artifacts one after another, so one process builds
 them one at a time, and a second process on the same table waits on the first one's lock rather
-than moving on. Yet most of a pre-training table is independent models: Fig. 6 is four, each ~35
-min of training and ~25 min of evaluation on one core at ``small``, so a 2-core machine or a
-2-GPU node can build them two at a time. The list of what a table needs comes from
-`reproduce.estimate.plan`, which mirrors the table modules. Worker ``i`` of ``n`` takes trainings
-before evaluations, of each kind its own share first (every n-th unit from i); it builds a unit once
-its inputs exist (a family member needs its base, an evaluation its run), and skips one whose lock
-another worker holds, coming back to it. Post-training runs and anything the plan cannot name
-exactly (Fig. 3's equal-trajectory arm) are left to the table, which then finds the rest built.
+than moving on. Yet most of a table is independent runs: Fig. 6 is four models, each ~35 min of
+training and ~25 min of evaluation on one core at ``small``; Fig. 7 is eighteen post-training runs
+from three students. A 2-core machine or a 2-GPU node can build them two at a time. The list of
+what a table needs comes from `reproduce.estimate.plan`, which mirrors the table modules. Worker
+``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
+share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
+its base, an evaluation its run, a post-training its student and teacher), and skips one whose lock
+another worker holds, coming back to it. MOPD's cascades and anything the plan cannot name exactly
+(Fig. 3's equal-trajectory arm) are left to the table, which then finds the rest built. ``--only``
+builds a part of a table (say, what fits in one working session) and writes no table.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import subprocess
 import sys
@@ -26,22 +30,30 @@ from reproduce.store import Busy, ReproductionError, Store
 
 
 def needs(table: str, store: Store) -> tuple[list[tuple[str, str]], dict]:
-    """The table's pre-training and evaluation units (in the table's order) and how to request each run."""
+    """The table's units -- ("pretrain", key), ("eval", model key), ("posttrain", run name) -- in the
+    table's order, and how to ask the store for each training."""
     from reproduce.estimate import plan
     p = plan(store.scale, store=store)
     return p.needs.get(table, []), p.requests
 
 
-def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
-    """Are a unit's inputs built: a family member's base (its tokenizer), an evaluation's run?"""
+def inputs(store: Store, unit: tuple[str, str], requests: dict) -> list[str]:
+    """The pre-training runs a unit needs first: a family member's base (its tokenizer), an
+    evaluation's run, a post-training run's student and teacher."""
     from reproduce.estimate import run_key
     kind, key = unit
     if kind == "eval":
-        return rundir.is_finished(store.home / "pretrain" / run_key(key))
+        return [run_key(key)]
+    if kind == "posttrain":
+        return [run_key(m) for m in (requests[key]["student"], requests[key]["teacher"]) if m]
     request = requests[key]
     cfg = store.corpus_config(**{k: v for k, v in request.items() if k not in ("family", "steps")})
     base = store.corpus_config(domains=tuple(request["family"] or cfg.domains)).name
-    return key == base or rundir.is_finished(store.home / "pretrain" / base)
+    return [] if key == base else [base]
+
+
+def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
+    return all(rundir.is_finished(store.home / "pretrain" / run) for run in inputs(store, unit, requests))
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
@@ -49,8 +61,26 @@ def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
     kind, key = unit
     if kind == "pretrain":
         store.pretrained(**requests[key])
+    elif kind == "posttrain":
+        r = requests[key]
+        teacher = model_path(store, r["teacher"]) if r["teacher"] else None
+        store.posttrained(key, r["method"], model_path(store, r["student"]), teacher, **r["overrides"])
     else:
         store.evaluation(model_path(store, key))
+
+
+def chosen(store: Store, units: list[tuple[str, str]], requests: dict, only: str) -> list[tuple[str, str]]:
+    """The units whose key matches one of ``only``'s comma-separated globs (all of them for ""), and
+    the pre-trainings those need, in the table's order."""
+    globs = [g.strip() for g in only.split(",") if g.strip()]
+    picked = {u for u in units if not globs or any(fnmatch.fnmatchcase(u[1], g) for g in globs)}
+    frontier = list(picked)
+    while frontier:
+        for run in inputs(store, frontier.pop(), requests):
+            if ("pretrain", run) in units and ("pretrain", run) not in picked:
+                picked.add(("pretrain", run))
+                frontier.append(("pretrain", run))
+    return [u for u in units if u in picked]
 
 
 def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int, workers: int,
@@ -58,9 +88,10 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
     """Worker ``index`` of ``workers``: build every unit that no other worker is building; return
     how many this worker built or found built."""
     mine = units[index::workers]
-    # trainings before evaluations (a training gates evaluations; an evaluation gates nothing), each kind
-    # this worker's share first
-    pending = sorted(units, key=lambda u: (u[0] != "pretrain", u not in mine))
+    # pre-trainings first (they gate the rest), then post-trainings (the longest), then evaluations; each
+    # kind this worker's share first
+    rank = {"pretrain": 0, "posttrain": 1, "eval": 2}
+    pending = sorted(units, key=lambda u: (rank[u[0]], u not in mine))
     store.wait = False                      # a held lock raises Busy: take another unit instead of waiting
     done = 0
     while pending:
@@ -79,13 +110,14 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
     return done
 
 
-def run_workers(table: str, store: Store, workers: int, say=print) -> None:
-    """``workers`` processes of `work` on one table and store (one thread each, or cores / workers)."""
+def run_workers(table: str, store: Store, workers: int, say=print, only: str = "") -> None:
+    """``workers`` processes of `work` on one table and store (one thread each, or cores / workers);
+    ``only``: just the units `chosen` by these globs."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     out = store.out(table)
     command = [sys.executable, "-m", "reproduce.workers", table, "--scale", store.scale, "--root", str(store.root),
-               "--data-dir", str(store.data_dir), "--seed", str(store.seed), "--of", str(workers)]
+               "--data-dir", str(store.data_dir), "--seed", str(store.seed), "--of", str(workers), "--only", only]
     t0 = time.time()
     procs = []
     for i in range(workers):
@@ -100,8 +132,8 @@ def run_workers(table: str, store: Store, workers: int, say=print) -> None:
     if failed:
         raise ReproductionError(f"worker(s) {', '.join(map(str, failed))} of {table} failed "
                                 f"(see {out}/worker-<i>.log)")
-    say(f"[reproduce] {table}: {workers} workers built its pre-trainings and evaluations in "
-        f"{(time.time() - t0) / 60:.1f} min")
+    say(f"[reproduce] {table}: {workers} worker(s) built {'the units matching ' + repr(only) if only else 'its units'}"
+        f" in {(time.time() - t0) / 60:.1f} min")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--of", type=int, required=True)
+    p.add_argument("--only", default="")
 
     def go() -> int:
         args = p.parse_args(argv)
         store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed)
         units, requests = needs(args.table, store)
+        units = chosen(store, units, requests, args.only)
         done = work(store, units, requests, args.index, args.of)
         print(f"[reproduce] worker {args.index} of {args.of}: all {len(units)} units of {args.table} are built "
               f"({done} passed through this worker)")

@@ -154,8 +154,9 @@ def test_cli_lists_tables_and_refuses_bad_input(capsys):
     assert main(["fig99", "--scale", "tiny"]) == 2
     assert main(["fig3-4", "--scale", "huge"]) == 2
     assert main(["all", "--scale", "tiny", "--jobs", "0"]) == 2
+    assert main(["all", "--scale", "tiny", "--only", "fig7-grpo-*"]) == 2       # --only: part of one table
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("scale: ")]
-    assert len(err) == 3 and all(line.startswith("error:") for line in err)
+    assert len(err) == 4 and all(line.startswith("error:") for line in err)
 
 
 def test_training_curves_plot_every_logged_metric_and_refuse_a_missing_run(tmp_path):

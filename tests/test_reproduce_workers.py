@@ -3,6 +3,9 @@ two at a time, and nothing the plan can only guess."""
 import json
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from reproduce import workers
 from reproduce.store import Busy, Store
@@ -18,6 +21,7 @@ def _fake_evaluation(monkeypatch, log):
         time.sleep(0.2)
         summary = {"k": k, "seed": seed, "max_tasks_per_cell": max_tasks_per_cell, "table": []}
         (out_dir / "summary.json").write_text(json.dumps(summary))
+        (out_dir / "samples.jsonl").write_text("")
         return summary
     monkeypatch.setattr(engine.evaluate, "load_model_and_tokenizer", lambda run_dir: (None, None, run_dir))
     monkeypatch.setattr(engine.evaluate, "evaluate", evaluate)
@@ -81,3 +85,59 @@ def test_a_store_that_does_not_wait_says_busy_and_the_plan_leaves_out_its_guesse
     units, _ = workers.needs("fig3-4", store)
     assert ("pretrain", "fa-tiny-direct") in units
     assert not [key for _, key in units if "steps" in key]       # the equal-trajectory arm's steps are a guess
+
+
+class _Asked(Exception):
+    """Raised by the recording `Store.posttrained`: the table's first post-training request is all we want."""
+
+
+def _record_posttraining(monkeypatch, calls):
+    def posttrained(self, name, method, student, teacher=None, **overrides):
+        calls.append((name, method, str(student), str(teacher) if teacher else None, overrides))
+        raise _Asked(name)
+    monkeypatch.setattr(Store, "posttrained", posttrained)
+
+
+@pytest.mark.parametrize("table", ["fig7", "fig9-10", "table4", "turnopd"])
+def test_a_worker_asks_for_a_post_training_run_exactly_as_the_table_does(table, tmp_path, fake_pretrain, monkeypatch):
+    """The plan mirrors the table by hand; were its student, teacher or settings off by one detail,
+    the table would rebuild every run the workers built (a budget or checkpoint changed)."""
+    import pretrain.train
+    from reproduce.cli import REPRODUCTIONS
+    fast = pretrain.train.main
+
+    def with_checkpoints(argv):          # the fake trainer leaves the student checkpoint the table asks for
+        fast(argv)
+        step = Store("tiny").budget["student_step"]
+        ckpt = Path(argv[argv.index("--out") + 1]) / "checkpoints" / f"step_{step:06d}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        (ckpt / "trainer_state.json").write_text("{}")
+        return 0
+    monkeypatch.setattr(pretrain.train, "main", with_checkpoints)
+    monkeypatch.setattr("analysis.params.load_state_dict", lambda folder: {})      # Figs. 9-10 read the student
+    _fake_evaluation(monkeypatch, [])
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    table_calls, worker_calls = [], []
+    _record_posttraining(monkeypatch, table_calls)
+    with pytest.raises(_Asked):
+        REPRODUCTIONS[table][1](store)
+    units, requests = workers.needs(table, store)
+    name = table_calls[0][0]
+    assert ("posttrain", name) in units and workers.ready(store, ("posttrain", name), requests)
+    _record_posttraining(monkeypatch, worker_calls)
+    with pytest.raises(_Asked):
+        workers.build(store, ("posttrain", name), requests)
+    assert worker_calls == table_calls
+    assert sum(kind == "posttrain" for kind, _ in units) == {"fig7": 18, "fig9-10": 2, "table4": 2, "turnopd": 3}[table]
+
+
+def test_only_picks_units_by_glob_with_the_pre_trainings_they_need(tmp_path):
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    units, requests = workers.needs("fig7", store)
+    assert workers.chosen(store, units, requests, "") == units
+    picked = workers.chosen(store, units, requests, "fig7-grpo-4opt8sub-*, *-4opt4sub@student")
+    assert [key for kind, key in picked if kind != "pretrain"] == [
+        "fa-tiny-4opt4sub@student", "fig7-grpo-4opt8sub-short", "fig7-grpo-4opt8sub-mid", "fig7-grpo-4opt8sub-long"]
+    # the two students' models and the family base that trains the tokenizer; GRPO needs no teacher
+    assert [key for kind, key in picked if kind == "pretrain"] == ["fa-tiny", "fa-tiny-4opt4sub", "fa-tiny-4opt8sub"]
+    assert workers.chosen(store, units, requests, "nothing") == []
