@@ -68,13 +68,18 @@ def published(results: Path, scale: str, table: str) -> dict | None:
     return None
 
 
+def paper_number(c: dict, typed: str) -> str:
+    """The paper's number as the table computed it (``c["paper"]``), else the claim's typed text."""
+    return fmt(c["paper"], signed=True) if isinstance(c.get("paper"), (int, float)) else typed
+
+
 def measured(results: Path, scale: str) -> list[tuple[str, str, dict, str]]:
     """(table, contrast name, published contrast, the paper's number) of every claim with a result."""
     out = []
     for _, table, name, paper in CLAIMS:
         c = (published(results, scale, table) or {}).get(name)
         if c is not None:
-            out.append((table, name, c, paper))
+            out.append((table, name, c, paper_number(c, paper)))
     return out
 
 
@@ -124,7 +129,7 @@ def rows(results: Path, scale: str) -> list[list[str]]:
             out.append([claim, paper, "not run", "–"])
             continue
         ours = fmt(c["delta"], signed=True) + (f" ± {c['se']:.1f}" if c["se"] == c["se"] else "")
-        out.append([claim, paper, f"{ours} ({c['tasks']} tasks, {c['seeds']} seed{'s' if c['seeds'] != 1 else ''})",
+        out.append([claim, paper_number(c, paper), f"{ours} ({c['tasks']} tasks, {c['seeds']} seed{'s' if c['seeds'] != 1 else ''})",
                     c["verdict"]])
     out += [[claim, paper, "not run", "–"] for claim, _, paper in PENDING]
     return out
