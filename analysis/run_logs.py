@@ -17,7 +17,7 @@ from analysis.measures import logs_frame
 from planning_gym.constants import EVAL_K
 from pretrain import rundir
 
-__all__ = ["metrics", "cell", "log_rows", "frame", "step_cell"]
+__all__ = ["metrics", "cell", "baseline_cell", "beside_baselines", "log_rows", "frame", "step_cell"]
 
 
 def metrics(run: Path) -> list[dict]:
@@ -33,6 +33,44 @@ def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", doma
         return float("nan")
     n = sum(r["tasks"] for r in rows)
     return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
+
+
+def baseline_cell(summary: dict, split: str, difficulty: str, baseline: str, metric: str = "avg@8") -> float:
+    """A non-planning baseline's score on the summary's own tasks (percent; averaged over domains by task)."""
+    rows = [r for r in summary.get("baselines", []) if r["split"] == split and r["difficulty"] == difficulty
+            and r["baseline"] == baseline]
+    n = sum(r["tasks"] for r in rows)
+    return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
+
+
+ORACLES = ("solver",)          # knows the rules and searches: an upper bound, not an agent that does not plan
+
+
+def beside_baselines(summaries: dict[str, dict], split: str = "ID",
+                     difficulties: tuple[str, ...] = ("short", "mid", "long")) -> tuple[list[list], int]:
+    """Each model's avg@8 / pass@8 beside what agents that do not plan score on the same tasks: random-valid's
+    pass@8 (eight random legal actions), recall-cascade (the nearest training plans replayed back to back) and
+    the best of the others, named. A model's cell says something about planning only where it is above them.
+    Returns the rows and how many cells a baseline reaches the model's pass@8 (no rows: summaries written
+    before evaluations scored the baselines)."""
+    rows, reached = [], 0
+    for label, s in summaries.items():
+        names = sorted({b["baseline"] for b in s.get("baselines", []) if b["split"] == split}
+                       - {"random-valid", "recall-cascade", *ORACLES})
+        if not names:
+            continue
+        for d in difficulties:
+            best = max(names, key=lambda n: baseline_cell(s, split, d, n))
+            agents = [baseline_cell(s, split, d, "random-valid", "pass@8"), baseline_cell(s, split, d, "recall-cascade"),
+                      baseline_cell(s, split, d, best)]
+            reached += max((a for a in agents if a == a), default=float("nan")) >= cell(s, split, d, "pass@8")
+            rows.append([label, d, cell(s, split, d), cell(s, split, d, "pass@8"), *agents[:2],
+                         f"{agents[2]:.1f} ({best})"])
+    return rows, reached
+
+
+BASELINE_HEADER = ["model", "difficulty", "model avg@8", "model pass@8", "random-valid pass@8", "recall-cascade",
+                   "best other (which)"]
 
 
 def log_rows(records: list[dict], method: str, split: str = "ID", k: int = EVAL_K) -> pd.DataFrame:

@@ -22,7 +22,7 @@ import pandas as pd
 from analysis.figures import plot_grouped_bars, plot_small_multiples
 from analysis.measures import contrast, paired_difference, task_score
 from analysis.report import Report
-from analysis.run_logs import cell
+from analysis.run_logs import BASELINE_HEADER, beside_baselines, cell
 from reproduce.paper_numbers import fmt, paper
 from reproduce.store import Store
 
@@ -88,6 +88,8 @@ def world_model_vs_direct(store: Store) -> Report:
                    ["difficulty", "world model", "± SE", "direct", "± SE", "gain", "± SE", f"direct, {eq_steps} steps",
                     "± SE", "gain, equal traj.", "± SE", "paper gain", "wm pass@8", "direct pass@8"], rows)
     report.results["equal_trajectory_steps"] = eq_steps
+    add_baselines(report, {"world model": evals["world model"], "direct": evals["direct"],
+                           **({f"direct, {eq_steps} steps": evals["equal"]} if equal != arms["direct"] else {})})
     report.results["contrasts"] = {     # the paper compares at equal steps only: no paper number for the control
         f"world model - {arm}, {d}": contrast(samples["world model"], samples[key], "ID", d, +1,
                                               paper=paper("fig3-4", "gain", d) if key == "direct" else None)
@@ -162,12 +164,13 @@ def gain_verdict(gains: list[float], ses: list[float]) -> str:
 
 def horizon_mixtures(store: Store) -> Report:
     report = Report("Table 1 / Fig. 5: horizon mixtures of the pre-training data")
-    rows, by_mix = [], {}
+    rows, by_mix, summaries = [], {}, {}
     for mix in MIXES:
         run = store.pretrained(horizon_mix=mix)
         report.runs.append(run)
         s, samples = store.evaluation(run), store.samples(run)
         name = "/".join(map(str, mix))
+        summaries[name] = s
         by_mix[name] = samples
         scores = _scores(s)
         scores.update({f"{d} pass@8 se": task_score(samples, "ID", d, "pass")[1] for d in DIFFS})
@@ -198,6 +201,7 @@ def horizon_mixtures(store: Store) -> Report:
                [[name, f"{c['a']} − {c['b']}", c["metric"], c["delta"], c["se"], c["tasks"], c["paper"], c["verdict"]]
                 for name, c in contrasts.items()])
     report.notes += mixture_verdicts(report.results, contrasts, store.budget["eval_tasks_per_cell"])
+    add_baselines(report, summaries)
     return report
 
 
@@ -254,11 +258,11 @@ def mixture_verdicts(r: dict, contrasts: dict[str, dict], tasks_per_cell: int) -
 
 def data_quality(store: Store) -> Report:
     report = Report("Fig. 6: optimal vs suboptimal pre-training trajectories")
-    rows, by_quality = [], {}
+    rows, by_quality, summaries = [], {}, {}
     for q in QUALITIES:
         run = store.pretrained(patterns=q)
         report.runs.append(run)
-        s = store.evaluation(run)
+        s = summaries[q] = store.evaluation(run)
         scores = _scores(s)
         samples = by_quality[q] = store.samples(run)
         scores.update({f"{d} avg@8 se": task_score(samples, "ID", d)[1] for d in DIFFS})
@@ -293,7 +297,20 @@ def data_quality(store: Store) -> Report:
                         f"and knowledge task-specific, which it never estimates — holds for {len(below)} of "
                         f"{len(QUALITIES)} models (plug-in, Miller-Madow corrected, from the ID samples; knowledge "
                         "= the action sequence).")
+    add_baselines(report, summaries)
     return report
+
+
+def add_baselines(report: Report, summaries: dict[str, dict]) -> None:
+    """The quality bar: every model score is printed beside what agents that do not plan score on its tasks."""
+    rows, reached = beside_baselines(summaries)
+    if rows:
+        report.add("Beside the baselines: ID, each model on its own test tasks; the baselines are agents that do not "
+                   "plan (recall-cascade and the others are deterministic, so their avg@8 = pass@8; the solver, "
+                   "an oracle, scores 100)", BASELINE_HEADER, rows)
+        report.notes.append(f"In {reached} of {len(rows)} (model, difficulty) cells an agent that does not plan scores "
+                            "at least the model's pass@8 (table \"Beside the baselines\"): there the model's number is "
+                            "no evidence of planning.")
 
 
 def plus_minus(delta: float, se: float) -> str:

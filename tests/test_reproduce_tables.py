@@ -470,3 +470,24 @@ def test_figures_are_drawn_from_the_table_numbers(store, monkeypatch):
         assert same(bar_se.loc[d, "direct"], r[f"ID/{d}"]["direct_se"])
         assert same(gains.loc[d, "ours, equal steps"], r[f"ID/{d}"]["gain"])
         assert same(gain_se.loc[d, "ours, equal trajectories"], r[f"ID/{d}"]["gain_equal_trajectories_se"])
+
+
+def test_every_model_score_is_printed_beside_the_baselines_on_its_own_tasks():
+    from analysis.run_logs import beside_baselines
+
+    def summary(model_pass, baselines):
+        table = [{"domain": "fa", "split": "ID", "difficulty": d, "tasks": 4, "avg@8": p / 2, "pass@8": p}
+                 for d, p in model_pass.items()]
+        rows = [{"domain": "fa", "split": split, "difficulty": d, "baseline": name, "tasks": 4, "avg@8": v, "pass@8": v}
+                for (split, d, name), v in baselines.items()]
+        return {"table": table, "baselines": rows}
+    s = summary({"short": 75.0, "long": 25.0},
+                {("ID", "short", "random-valid"): 50.0, ("ID", "short", "recall-cascade"): 100.0,
+                 ("ID", "short", "recall-nearest"): 75.0, ("ID", "short", "solver"): 100.0,
+                 ("ID", "long", "random-valid"): 0.0, ("ID", "long", "recall-cascade"): 0.0,
+                 ("ID", "long", "recall-nearest"): 0.0, ("ID", "long", "solver"): 100.0,
+                 ("OOD", "long", "recall-nearest"): 100.0})               # another split: not this table's
+    rows, reached = beside_baselines({"m": s, "old": {"table": s["table"]}}, difficulties=("short", "long"))
+    assert rows == [["m", "short", 37.5, 75.0, 50.0, 100.0, "75.0 (recall-nearest)"],
+                    ["m", "long", 12.5, 25.0, 0.0, 0.0, "0.0 (recall-nearest)"]]   # the oracle is no baseline
+    assert reached == 1           # recall-cascade solves every short task; on long only the model succeeds
