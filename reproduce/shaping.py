@@ -29,6 +29,7 @@ from analysis.run_logs import cell, metrics
 from analysis.teacher_scoring import posttrain_tasks, score_rollouts
 from planning_gym.constants import PHYSICS_OPD_TOPK
 from reproduce.paper_numbers import fmt, paper
+from reproduce.pretraining import add_baselines
 from reproduce.store import Store
 
 DIFFS = ("short", "mid", "long")
@@ -44,10 +45,11 @@ def _curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 def region_map(store: Store) -> Report:
     report = Report("Fig. 7 / Table 3: where GRPO and OPD help (horizon x quality)")
     teacher = store.pretrained()
-    cells, rows, curves, outcomes, befores = [], [], {}, {}, {}
+    cells, rows, curves, outcomes, befores, summaries = [], [], {}, {}, {}, {}
     for q in QUALITIES:
         student = store.checkpoint(store.pretrained(patterns=q))     # each quality's early checkpoint
         before, before_samples = store.evaluation(student), store.samples(student)
+        summaries[f"{q} student"] = before
         befores[q] = before_samples
         for d in DIFFS:
             base_avg, base_pass = cell(before, "ID", d), cell(before, "ID", d, "pass@8")
@@ -91,6 +93,7 @@ def region_map(store: Store) -> Report:
                ["method", "unnecessary", "effective", "unsupported"],
                [[m, c.get("unnecessary", 0), c.get("effective", 0), c.get("unsupported", 0)] for m, c in counts.items()])
     report.results["regions"] = {m: lab.to_dict() for m, lab in maps.items()}
+    add_baselines(report, summaries)
     out = store.out("fig7")
     reference = {m.upper(): pd.DataFrame({d: [paper("fig7", f"{q}/{d}", f"{m} avg@8") for q in QUALITIES]
                                           for d in DIFFS}, index=list(QUALITIES), dtype=float)
