@@ -256,8 +256,12 @@ def check_table1(store, r, md):
         for d in DIFFS:
             for m in ("avg@8", "pass@8"):
                 assert r["/".join(map(str, mix))][f"{d} {m}"] == pytest.approx(fake_score(key, "ID", d, m))
-    up = [r[a][f"{d} pass@8"] > r["100/0/0"][f"{d} pass@8"] for a, d in (("100/5/0", "mid"), ("100/0/5", "long"))]
-    assert ("both rise: agreement." in md) == all(up)
+    for name, a, b, d in (("+5% mid data, mid", "100/5/0", "100/0/0", "mid"),
+                          ("+5% long data, long", "100/0/5", "100/0/0", "long"),
+                          ("short-only vs full, long", "100/0/0", "100/100/100", "long")):
+        c = r["contrasts"][name]
+        assert c["delta"] == pytest.approx(r[a][f"{d} pass@8"] - r[b][f"{d} pass@8"])
+        assert f"| {name} | {a} − {b} |" in md and c["verdict"] in md
     assert "1 task(s) x 8 samples, so pass@8 moves in steps of 100 points" in md
 
 
