@@ -121,7 +121,7 @@ def run_workers(table: str, store: Store, workers: int, say=print, only: str = "
     t0 = time.time()
     procs = []
     for i in range(workers):
-        log = open(out / f"worker-{i}.log", "w")
+        log = open(out / f"worker-{i}.log", "a")   # a second --only run of this table writes beside it
         procs.append((subprocess.Popen([*command, "--index", str(i)], stdout=log, stderr=subprocess.STDOUT, env=env),
                       log))
     failed = []
