@@ -60,12 +60,13 @@ def beside_baselines(summaries: dict[str, dict], split: str = "ID",
         if not names:
             continue
         for d in difficulties:
-            best = max(names, key=lambda n: baseline_cell(s, split, d, n))
+            others = {n: baseline_cell(s, split, d, n) for n in names}
+            best = max(others, key=others.get)
             agents = [baseline_cell(s, split, d, "random-valid", "pass@8"), baseline_cell(s, split, d, "recall-cascade"),
-                      baseline_cell(s, split, d, best)]
-            reached += max((a for a in agents if a == a), default=float("nan")) >= cell(s, split, d, "pass@8")
-            rows.append([label, d, cell(s, split, d), cell(s, split, d, "pass@8"), *agents[:2],
-                         f"{agents[2]:.1f} ({best})"])
+                      others[best]]
+            model_pass = cell(s, split, d, "pass@8")
+            reached += max((a for a in agents if a == a), default=float("nan")) >= model_pass
+            rows.append([label, d, cell(s, split, d), model_pass, *agents[:2], f"{others[best]:.1f} ({best})"])
     return rows, reached
 
 

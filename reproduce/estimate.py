@@ -138,12 +138,12 @@ class Plan:
             self._need(("posttrain", name))
         if self._new("posttrain " + name) and not self._built("posttrain", name, cfg):
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
-            teacher = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
+            scoring = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
             splits, bins = len(cfg.eval_split_list), len(cfg.eval_difficulty_list or DIFFICULTIES)
             row = self._row()
             row["posttrain"] += 1
             row["post_rollout_flops"] += 2.0 * self.n * tokens
-            row["post_update_flops"] += (6.0 * cfg.ppo_epochs + teacher) * self.n * tokens
+            row["post_update_flops"] += (6.0 * cfg.ppo_epochs + scoring) * self.n * tokens
             row["eval_flops"] += cfg.evaluations * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
                 domains, splits, bins, cfg.eval_tasks_per_cell)
         return name
@@ -161,8 +161,7 @@ def model_path(store, key: str) -> Path:
     at = key[len(run_key(key)) + 1:]
     if not at:
         return run
-    step = store.budget["student_step"] if at == "student" else int(at)
-    return run / "checkpoints" / f"step_{step:06d}"
+    return store.checkpoint_path(run, None if at == "student" else int(at))
 
 
 def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False) -> Plan:

@@ -178,10 +178,16 @@ class Store:
         self._origins[owner]()
         return model
 
+    def checkpoint_path(self, run: Path, step: int | None = None) -> Path:
+        """Where ``run``'s checkpoint at ``step`` (default: the scale's early ``student_step``) lives, built or not."""
+        from pretrain.checkpoint import step_dir_name
+        step = self.budget["student_step"] if step is None else step
+        return Path(run) / rundir.CHECKPOINTS / step_dir_name(step)
+
     def checkpoint(self, run: Path, step: int | None = None) -> Path:
         """``run``'s checkpoint at ``step`` (default: the scale's early ``student_step``)."""
         step = self.budget["student_step"] if step is None else step
-        ckpt = Path(run) / "checkpoints" / f"step_{step:06d}"
+        ckpt = self.checkpoint_path(run, step)
         if not (ckpt / "trainer_state.json").is_file():
             raise ReproductionError(f"{run} has no checkpoint at step {step}")
         return ckpt
