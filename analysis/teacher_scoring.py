@@ -70,7 +70,7 @@ def score_rollouts(models: Mapping[str, Path], teachers: Mapping[str, Path | tor
     `engine.rollout.RolloutConfig` (e.g. ``step_limit``, ``max_turn_tokens``)."""
     from engine.backend import make_policy
     from engine.evaluate import load_model_and_tokenizer
-    from engine.rollout import RolloutConfig, rollout
+    from engine.rollout import RolloutConfig, next_token_logits, rollout
     from posttrain import losses
     from pretrain.tokenizer import special_ids
 
@@ -86,11 +86,11 @@ def score_rollouts(models: Mapping[str, Path], teachers: Mapping[str, Path | tor
             b = ro.batch(pad)
             ids, attn = b["input_ids"], b["attention_mask"]
             mask = b["agent_mask"][:, 1:]
-            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+            logits = next_token_logits(model, ids, attn).float()
             scored = ScoredRollouts(tok, ro.episodes, ids, mask, b["turn_index"][:, 1:], _sampled(logits, ids),
                                     top1_from_logits(logits))
             for name, teacher in loaded.items():
-                t_logits = teacher(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+                t_logits = next_token_logits(teacher, ids, attn).float()
                 scored.teacher_probs[name] = _sampled(t_logits, ids)
                 scored.teacher_top1[name] = top1_from_logits(t_logits)
                 scored.kl[name] = losses.reverse_kl_topk(logits, mask, topk, teacher_logits=t_logits)

@@ -149,6 +149,20 @@ class Rollout:
         return out
 
 
+def next_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced next-token logits ``[B, T-1, V]`` of a batch (`Rollout.batch`'s layout).
+
+    A right-padded batch is scored without its attention mask: under causal attention a real
+    token never sees the pads after it, and positions count from 0 either way, so every real
+    position gets the logits of its unpadded episode. Without a mask, SDPA takes its causal
+    kernel instead of a masked one over ``[B, 1, T, T]``: the trainers' forward and backward on
+    CPU run faster (`make bench-update`). Pad positions then hold finite values of no meaning,
+    which every loss masks out. A batch padded any other way keeps its mask.
+    """
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    return model(input_ids=input_ids, attention_mask=None if right_padded else attention_mask).logits[:, :-1]
+
+
 def rollout(policy: Policy, tokenizer, tasks: Sequence[tuple[World, Task]], config: RolloutConfig | None = None, *,
             seed: int | None = None, generator: torch.Generator | None = None,
             max_turns: int | Sequence[int | None] | None = None, script: Script | None = None,

@@ -79,6 +79,11 @@ class Objective:
     def advantages(self, batch: dict, records: dict, groups: Tensor, step_rewards) -> Optional[Tensor]:
         return None
 
+    def contributes(self, advantages: Optional[Tensor], mask: Tensor) -> bool:
+        """Whether a micro-batch (its ``[b, t]`` advantages and agent mask) can move the weights;
+        the loop skips the forward and backward passes of one that cannot."""
+        return True
+
     def loss(self, mb: MicroBatch) -> tuple[Tensor, Optional[Tensor], Optional[float]]:
         """(scalar loss of the micro-batch, per-token divergence [b, t] to log or None, share of
         tokens the PPO clip acted on or None)."""
@@ -103,6 +108,14 @@ class GRPO(Objective):
         if step_rewards is not None:
             process = losses.process_advantages(step_rewards, turn, mask, groups, cfg.scale_by_std)
         return losses.combine_advantages(outcome, mask, turn, process, cfg.process_weight)
+
+    def contributes(self, advantages, mask):
+        """Episodes whose group all scored alike have advantage 0, and with no KL term and no
+        entropy bonus their loss is exactly 0 with a gradient of exactly 0: on CPU, where most
+        long-horizon groups fail together, their passes are most of the update. (The optimiser
+        still steps; Adam's momentum moves the weights as it would have.)"""
+        cfg = self.cfg
+        return bool(cfg.kl_coef or cfg.entropy_coef or advantages[mask.bool()].any())
 
     def loss(self, mb):
         cfg = self.cfg

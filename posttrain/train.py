@@ -9,7 +9,10 @@ One loop for every method (see `posttrain.config`).  Each step:
   3. score: the teacher's one forward pass per episode (OPD family), or outcome / process
      rewards and group-relative advantages (GRPO);
   4. update on agent tokens only, with losses normalised by the *global* agent-token count (or,
-     for TurnOPD's turn-balanced loss, by the global episode count), in micro-batches.
+     for TurnOPD's turn-balanced loss, by the global episode count), in micro-batches of similar
+     length, each scored under causal attention alone (`engine.rollout.next_token_logits`). GRPO
+     skips the backward pass of a micro-batch whose advantages are all 0 (``skipped_tokens``): its
+     gradient is exactly 0, so the weights are those of training on it.
 Metrics per step go to ``RUN/metrics.jsonl`` with the wall-clock split into rollout / scoring /
 update; checkpoints hold model, optimizer, RNG and the depth controller, so ``--resume`` continues
 the same run.  The run folder looks like a pretrain run (``train_config.json``, ``summary.json``),
@@ -232,7 +235,7 @@ class Trainer:
 
         from posttrain import losses
         from engine.backend import make_policy
-        from engine.rollout import RolloutConfig, rollout
+        from engine.rollout import RolloutConfig, next_token_logits, rollout
         from posttrain.turnopd import probe_statistics
         from pretrain.tokenizer import special_ids
 
@@ -279,7 +282,7 @@ class Trainer:
         per_token_kl = torch.zeros(mask.shape, device=self.device)
         n_mb = cfg.ppo_epochs * sum(-(-len(part) // cfg.micro_batch)        # micro-batches, for the progress bar
                                     for part in update_batches(n_eps, cfg.ppo_mini_batches, random.Random(0)))
-        mb_done = 0
+        mb_done, scored, skipped = 0, 0, 0   # agent tokens trained on (all epochs) / skipped (first epoch)
         for epoch in range(cfg.ppo_epochs):
             for part in update_batches(n_eps, cfg.ppo_mini_batches, rng):
                 part = torch.tensor(part, device=self.device)
@@ -289,18 +292,28 @@ class Trainer:
                     rows = part[sub]
                     mb_ids, mb_attn = ids[rows, :length], attn[rows, :length]
                     sl = (rows, slice(0, length - 1))      # this micro-batch's cells of the [B, T-1] records
+                    mb_done += 1
                     t1 = time.perf_counter()
+                    if not objective.contributes(None if advantages is None else advantages[sl], mask[sl]):
+                        if epoch == 0:      # a gradient of exactly 0: no backward, only a forward for the entropy
+                            skipped += int(mask[sl].sum())
+                            with torch.no_grad(), autocast(self.device, cfg.bf16):
+                                logits = next_token_logits(self.model, mb_ids, mb_attn)
+                            ent_sum += float(losses.token_entropy(logits, mask[sl]).sum())
+                        t_update += time.perf_counter() - t1
+                        continue
+                    scored += int(mask[sl].sum())
                     teacher_logits = ref_logp = None
                     with torch.no_grad(), autocast(self.device, cfg.bf16):
                         if self.teacher is not None:   # one forward pass per episode, never per turn
-                            teacher_logits = self.teacher(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                            teacher_logits = next_token_logits(self.teacher, mb_ids, mb_attn)
                         if self.reference is not None:
-                            ref = self.reference(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                            ref = next_token_logits(self.reference, mb_ids, mb_attn)
                             ref_logp = target_logp(ref, rec["targets"][sl])
                     t_score += time.perf_counter() - t1
                     t1 = time.perf_counter()
                     with autocast(self.device, cfg.bf16):
-                        logits = self.model(input_ids=mb_ids, attention_mask=mb_attn).logits[:, :-1]
+                        logits = next_token_logits(self.model, mb_ids, mb_attn)
                     mb = MicroBatch(logits, rec["targets"][sl], mask[sl], turn[sl], old[sl],
                                     None if advantages is None else advantages[sl], teacher_logits, ref_logp,
                                     part_tokens, len(part), alpha)
@@ -314,9 +327,11 @@ class Trainer:
                     if clip is not None:
                         clipped += clip * int(mb.mask.sum())
                     t_update += time.perf_counter() - t1
-                    mb_done += 1
                     self.phase(f"update {mb_done}/{n_mb} micro-batches")
                 t1 = time.perf_counter()
+                for p in self.model.parameters():     # every micro-batch skipped: a step on zero gradients
+                    if p.grad is None and p.requires_grad:
+                        p.grad = torch.zeros_like(p)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
                 if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
                     raise Diverged(f"the loss or its gradient is not finite at step {self.step + 1} "
@@ -340,9 +355,8 @@ class Trainer:
                 "entropy": ent_sum / max(n_tokens, 1), "reward": float(batch["reward"].mean()),
                 "success": float(batch["success"].float().mean()), "depth": float(batch["n_turns"].float().mean()),
                 "cap": cap, "probe": probe, "alpha": alpha if cfg.method == "turnopd" else None,
-                "updates": n_updates, "clip_frac": (clipped / max(1, n_tokens * cfg.ppo_epochs)
-                                                    if advantages is not None else None),
-                "agent_tokens": n_tokens, "episodes": n_eps, "grad_norm": grad_norm,
+                "updates": n_updates, "clip_frac": (clipped / max(1, scored) if advantages is not None else None),
+                "agent_tokens": n_tokens, "skipped_tokens": skipped, "episodes": n_eps, "grad_norm": grad_norm,
                 "rollout_s": t_rollout, "scoring_s": t_score, "update_s": t_update, "train_wall_s": self.train_wall}
 
     def evaluate(self) -> dict:

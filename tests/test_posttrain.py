@@ -141,6 +141,40 @@ def test_micro_batch_size_does_not_change_a_step(student, teacher_b, method):
         assert records[1][key] == pytest.approx(records[8][key], rel=1e-4, abs=1e-7), key
 
 
+def test_grpo_skips_episodes_without_signal_and_trains_to_the_same_weights(student, monkeypatch):
+    """A micro-batch whose advantages are all 0 has a gradient of exactly 0, so GRPO skips its
+    backward pass. The weights must come out identical to training on it: step 1 mixes zero and
+    non-zero advantages, step 2 has only zeros (all skipped: Adam's momentum still steps)."""
+    from posttrain.objectives import GRPO
+    root, run = student
+    original, calls = GRPO.advantages, []
+
+    def planted(self, batch, records, groups, step_rewards):
+        adv = original(self, batch, records, groups, step_rewards)
+        rows = torch.tensor([0.0, 0.7, 0.0, -0.7]) if not calls else torch.zeros(4)
+        calls.append(1)
+        return rows[:, None].expand_as(adv) * records["mask"]
+    monkeypatch.setattr(GRPO, "advantages", planted)
+    records = {}
+    for arm in ("skip", "every"):
+        if arm == "every":
+            monkeypatch.setattr(GRPO, "contributes", lambda self, advantages, mask: True)
+        calls.clear()
+        out = root / f"grpo_{arm}"
+        assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(out), "--scale", "tiny",
+                               *sets(*FAST, "micro_batch=1", "ppo_mini_batches=1", "eval_every=0")]) == 0
+        records[arm] = [m for m in metrics(out) if not m.get("eval")]
+    skip, every = records["skip"], records["every"]
+    assert skip[0]["skipped_tokens"] > 0 and skip[1]["skipped_tokens"] == skip[1]["agent_tokens"]
+    assert every[0]["skipped_tokens"] == 0
+    for a, b in zip(skip, every):
+        for key in ("loss", "grad_norm", "entropy", "clip_frac"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
+    w_skip, w_every, w_start = weights(root / "grpo_skip"), weights(root / "grpo_every"), weights(run)
+    assert all(torch.equal(w_skip[k], w_every[k]) for k in w_every)
+    assert any(not torch.equal(w_skip[k], w_start[k]) for k in w_start)
+
+
 def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student, teacher_b):
     root, run = student
     ckpt = sorted((run / "checkpoints").glob("step_*"))[0]
@@ -274,7 +308,8 @@ def test_bench_update_counts_the_padding_it_saves(tmp_path):
                   "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["real_tokens"] == 200 and r["padded_tokens"] == 320 and r["real_tokens"] <= r["cut_tokens"] < 320
-    assert r["padded_s"] > 0 and r["cut_s"] > 0
+    assert r["padded_s"] > 0 and r["cut_s"] > 0 and r["cut_masked_s"] > 0
+    assert r["speedup_no_mask"] == r["cut_masked_s"] / r["cut_s"]
     assert bench(["--min-len", "90", "--max-len", "10"]) == 2
 
 

@@ -111,6 +111,31 @@ def test_trainer_targets_are_exactly_the_policy_tokens(assets):
     assert (lp - rec["old"])[m].abs().max() < 1e-4 and m.sum() > 200
 
 
+def test_padded_batch_is_scored_as_each_episode_alone(assets):
+    """The trainers score a right-padded batch without its attention mask
+    (`engine.rollout.next_token_logits`, for SDPA's causal kernel): every real position must
+    get the logits of its episode scored alone. Any other padding keeps its mask (left padding
+    here: without the mask, its real tokens would attend to the pads before them)."""
+    from engine.rollout import next_token_logits
+    ro, _ = play(assets, script=gold_script(assets, sample_every=3), temperature=0.7, top_p=0.9)
+    batch = ro.batch(assets["special"].pad)
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    assert len(set(attn.sum(1).tolist())) >= 4                       # ragged: real padding
+    model, seen = assets["model"], []
+
+    def spy(**kw):
+        seen.append(kw["attention_mask"])
+        return model(**kw)
+    with torch.no_grad():
+        padded = next_token_logits(spy, ids, attn)
+        for i, n in enumerate(attn.sum(1).tolist()):
+            alone = model(input_ids=ids[i:i + 1, :n]).logits[0, :-1]
+            assert (padded[i, :n - 1] - alone).abs().max() < 1e-4, i
+        left = torch.stack([row.roll(int(n)) for row, n in zip(attn, (1 - attn).sum(1))])
+        next_token_logits(spy, ids, left)
+    assert seen[0] is None and seen[1] is left
+
+
 def test_sample_logprob_is_raw_logprob_at_temperature_one(assets):
     ro, _ = play(assets, n=3, temperature=1.0, top_p=1.0, step_limit=2)
     for e in ro.episodes:
