@@ -333,9 +333,10 @@ class Trainer:
                     if p.grad is None and p.requires_grad:
                         p.grad = torch.zeros_like(p)
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
-                if not (math.isfinite(grad_norm) and math.isfinite(total_loss)):
-                    raise Diverged(f"the loss or its gradient is not finite at step {self.step + 1} "
-                                     f"(loss {total_loss}, gradient norm {grad_norm}); nothing was saved "
+                if not all(map(math.isfinite, (grad_norm, total_loss, ent_sum))):   # entropy: skipped rows' logits
+                    raise Diverged(f"the loss, its gradient or the policy's entropy is not finite at step "
+                                     f"{self.step + 1} (loss {total_loss}, gradient norm {grad_norm}, entropy sum "
+                                     f"{ent_sum}); nothing was saved "
                                      f"from this step (the last checkpoint is kept): lower lr or check "
                                      f"the teacher")
                 self.optimizer.step()
