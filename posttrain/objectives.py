@@ -81,7 +81,7 @@ class Objective:
 
     def contributes(self, advantages: Optional[Tensor], mask: Tensor) -> bool:
         """Whether a micro-batch (its ``[b, t]`` advantages and agent mask) can move the weights;
-        the loop skips the forward and backward passes of one that cannot."""
+        the loop does not train on one that cannot (a forward pass only measures its entropy)."""
         return True
 
     def loss(self, mb: MicroBatch) -> tuple[Tensor, Optional[Tensor], Optional[float]]:
