@@ -27,20 +27,20 @@ def metrics(run: Path) -> list[dict]:
 
 def cell(summary: dict, split: str, difficulty: str, metric: str = "avg@8", domain: str | None = None) -> float:
     """One number of an evaluation summary (percent): ``domain=None`` averages over domains by task."""
-    rows = [r for r in summary["table"] if r["split"] == split and r["difficulty"] == difficulty
-            and (domain is None or r["domain"] == domain)]
-    if not rows:
-        return float("nan")
+    return _by_task([r for r in summary["table"] if r["split"] == split and r["difficulty"] == difficulty
+                     and (domain is None or r["domain"] == domain)], metric)
+
+
+def _by_task(rows: list[dict], metric: str) -> float:
+    """``metric`` averaged over summary rows weighted by their tasks (NaN for no tasks)."""
     n = sum(r["tasks"] for r in rows)
     return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
 
 
 def baseline_cell(summary: dict, split: str, difficulty: str, baseline: str, metric: str = "avg@8") -> float:
     """A non-planning baseline's score on the summary's own tasks (percent; averaged over domains by task)."""
-    rows = [r for r in summary.get("baselines", []) if r["split"] == split and r["difficulty"] == difficulty
-            and r["baseline"] == baseline]
-    n = sum(r["tasks"] for r in rows)
-    return sum(r[metric] * r["tasks"] for r in rows) / n if n else float("nan")
+    return _by_task([r for r in summary.get("baselines", []) if r["split"] == split and r["difficulty"] == difficulty
+                     and r["baseline"] == baseline], metric)
 
 
 ORACLES = ("solver",)          # knows the rules and searches: an upper bound, not an agent that does not plan
