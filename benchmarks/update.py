@@ -10,7 +10,9 @@ against micro-batches of the same size in rollout order, padded to the batch's l
 (which separates the effect of cutting from that of the batch size): same model, same episodes,
 same run. The trainers score these right-padded micro-batches without an attention mask
 (`engine.rollout.next_token_logits`: causal attention alone gives every real token the same
-logits), so SDPA runs its causal kernel; the last arm passes the mask, as the trainers did before.
+logits), so SDPA runs its causal kernel; one arm passes the mask, as the trainers did before. The
+last arm autocasts the forward passes to bf16 (`cpu_bf16`, the small preset's setting on a CPU that
+multiplies bf16 natively; `pretrain.model.cpu_has_bf16`), as CUDA runs do with `bf16`.
 
     python -m benchmarks.update [--scale small] [--episodes 8] [--min-len 600] [--max-len 2400]
         [--micro-batch 2] [--repeats 2]
@@ -22,6 +24,7 @@ Exit status 2 with one ``error:`` line on bad input.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -33,7 +36,7 @@ from planning_gym.cli import Parser
 from posttrain import losses
 from posttrain.train import micro_batches
 from pretrain.config import UsageError, make_config
-from pretrain.model import build_model
+from pretrain.model import build_model, cpu_has_bf16
 
 
 def masked_logits(model, ids, attn):
@@ -41,17 +44,23 @@ def masked_logits(model, ids, attn):
     return model(input_ids=ids, attention_mask=attn).logits[:, :-1]
 
 
-def update_seconds(student, teacher, ids, attn, groups, topk: int = 50, score=next_token_logits) -> float:
+def bf16():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def update_seconds(student, teacher, ids, attn, groups, topk: int = 50, score=next_token_logits,
+                   precision=contextlib.nullcontext) -> float:
     """Wall seconds of one OPD update (teacher forward, student forward + backward) over ``groups``
-    of ``(rows, length)``, each model scored by ``score(model, ids, attn)``."""
+    of ``(rows, length)``, each model scored by ``score(model, ids, attn)`` under ``precision()``."""
     mask, n_tokens = attn[:, 1:], int(attn[:, 1:].sum())
     student.zero_grad(set_to_none=True)
     start = time.perf_counter()
     for rows, length in groups:
         mb_ids, mb_attn = ids[rows, :length], attn[rows, :length]
-        with torch.no_grad():
+        with torch.no_grad(), precision():
             t_logits = score(teacher, mb_ids, mb_attn)
-        logits = score(student, mb_ids, mb_attn)
+        with precision():
+            logits = score(student, mb_ids, mb_attn)
         kl = losses.reverse_kl_topk(logits, mask[rows, :length - 1], topk, teacher_logits=t_logits)
         losses.masked_token_mean(kl, mask[rows, :length - 1], n_tokens).backward()
     return time.perf_counter() - start
@@ -84,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     plans = {"padded": [(torch.arange(args.episodes), args.max_len)],          # one batch, all padded
              "padded_micro": [(rows, args.max_len) for rows in torch.arange(args.episodes).split(args.micro_batch)],
              "cut": micro_batches(lengths, args.micro_batch)}
-    arms = {**{name: (plan, next_token_logits) for name, plan in plans.items()},
-            "cut_masked": (plans["cut"], masked_logits)}
+    arms = {**{name: (plan, next_token_logits, contextlib.nullcontext) for name, plan in plans.items()},
+            "cut_masked": (plans["cut"], masked_logits, contextlib.nullcontext),
+            "cut_bf16": (plans["cut"], next_token_logits, bf16)}
     times = {name: [] for name in arms}
     for _ in range(args.repeats):                               # interleaved: all see the same load
-        for name, (plan, score) in arms.items():
-            times[name].append(update_seconds(student, teacher, ids, attn, plan, score=score))
+        for name, (plan, score, precision) in arms.items():
+            times[name].append(update_seconds(student, teacher, ids, attn, plan, score=score, precision=precision))
     best = {name: min(v) for name, v in times.items()}
     real = int(lengths.sum())
     result = {"scale": args.scale, "episodes": args.episodes, "micro_batch": args.micro_batch,
@@ -97,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
               "cut_tokens": sum(len(r) * n for r, n in plans["cut"]), "threads": torch.get_num_threads(),
               "padded_s": best["padded"], "padded_micro_s": best["padded_micro"], "cut_s": best["cut"],
               "cut_masked_s": best["cut_masked"], "speedup": best["padded"] / best["cut"],
-              "speedup_same_micro": best["padded_micro"] / best["cut"], "speedup_no_mask": best["cut_masked"] / best["cut"]}
+              "speedup_same_micro": best["padded_micro"] / best["cut"], "speedup_no_mask": best["cut_masked"] / best["cut"],
+              "cut_bf16_s": best["cut_bf16"], "native_bf16": cpu_has_bf16(), "speedup_bf16": best["cut"] / best["cut_bf16"]}
     print(f"OPD update, {args.scale}, {args.episodes} episodes of {args.min_len}-{args.max_len} tokens, "
           f"{torch.get_num_threads()} thread(s); {real} real tokens")
     print(f"  one padded batch:                   {best['padded']:7.2f} s  ({result['padded_tokens']} token slots)")
@@ -106,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  micro-batches of {args.micro_batch}, sorted and cut: {best['cut']:7.2f} s  "
           f"({result['cut_tokens']} token slots)")
     print(f"  the same, scored with the mask:     {best['cut_masked']:7.2f} s")
+    print(f"  sorted and cut, bf16 autocast:      {best['cut_bf16']:7.2f} s  "
+          f"({'native' if result['native_bf16'] else 'emulated: this CPU has no native'} bf16 matmul)")
     print(f"  speed-up: {result['speedup']:.2f}x over one padded batch, "
           f"{result['speedup_same_micro']:.2f}x over padded micro-batches of {args.micro_batch}, "
-          f"{result['speedup_no_mask']:.2f}x over passing the mask")
+          f"{result['speedup_no_mask']:.2f}x over passing the mask; bf16 {result['speedup_bf16']:.2f}x over fp32")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -31,6 +31,9 @@ def comma_list(text: str, allowed: tuple[str, ...], name: str) -> tuple[str, ...
     return tuple(x for x in allowed if x in items)
 
 METHODS = ("grpo", "opd", "turnopd", "tcod")
+# How a run executes, not what it computes: a run built or resumed with other values of these is the
+# same experiment (where it ran, the precision of its forward passes, where its metrics also went).
+EXECUTION_FIELDS = ("device", "bf16", "cpu_bf16", "tracker")
 TOPK_SUPPORTS = ("teacher", "student", "union")          # whose top-k tokens the OPD KL is taken on
 TOPK_ESTIMATORS = ("tail", "renormalized", "truncated")  # posttrain.losses.reverse_kl_topk
 LOSS_AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")  # GRPO | DAPO | Dr. GRPO
@@ -92,6 +95,9 @@ class PosttrainConfig:
     backend: str = spec("auto", "rollout backend (vllm serves evaluation only: training updates weights in place)",
                         choices=("auto", "lean", "hf"))
     bf16: bool = spec(True, "bf16 autocast for forward passes on CUDA (losses stay fp32)")
+    cpu_bf16: bool = spec(False, "bf16 autocast for the update's forward passes on a CPU that multiplies bf16 "
+                          "natively (else fp32; rollouts and evaluations stay fp32); off by default: runs "
+                          "recorded before it ran fp32 on CPUs")
     tracker: str = spec("none", "also log metrics to a tracker: none | tensorboard (RUN/tensorboard/)", choices=TRACKERS)
 
     @property
@@ -128,8 +134,10 @@ class PosttrainConfig:
 
 
 _PRESETS = POSTTRAIN   # field overrides per scale (planning_gym.scales)
-# GRPO takes two optimiser steps per rollout batch, so the second is off-policy and the clip acts.
-_METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_batches=2)}
+# GRPO takes two optimiser steps per rollout batch, so the second is off-policy and the clip acts;
+# it stays fp32 on a CPU: its ratio divides the trained policy's probability by the sampler's (fp32
+# rollouts), and autocasting one side would put precision noise into every ratio.
+_METHOD_DEFAULTS = {"turnopd": dict(topk=C.TURNOPD_TOPK), "grpo": dict(ppo_mini_batches=2, cpu_bf16=False)}
 
 
 def make_config(method: str, scale: str, **overrides) -> PosttrainConfig:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from planning_gym.cli import Diverged, Parser, UsageError, append_jsonl, entry, fields_help, prepare_output, read_jsonl
-from posttrain.config import _PRESETS, METHODS, PosttrainConfig, make_config
+from posttrain.config import _PRESETS, EXECUTION_FIELDS, METHODS, PosttrainConfig, make_config
 from posttrain.objectives import OBJECTIVES, MicroBatch, target_logp, update_batches
 from pretrain import rundir
 from pretrain.config import parse_set, resolve_scale
@@ -37,8 +37,8 @@ from pretrain.config import parse_set, resolve_scale
 # Fields a resumed run may change: how long it runs, how it is evaluated, logged and placed -- not
 # what a step computes (a changed lr or top-k would make the resumed run a different experiment).
 RESUME_MAY_CHANGE = {"steps", "eval_every", "eval_at_start", "eval_tasks_per_cell", "eval_k", "eval_splits",
-                     "eval_difficulties", "ckpt_every", "keep_checkpoints", "device", "backend", "bf16",
-                     "rollout_batch", "micro_batch", "tracker"}
+                     "eval_difficulties", "ckpt_every", "keep_checkpoints", "backend", "rollout_batch", "micro_batch",
+                     *EXECUTION_FIELDS}
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -81,14 +81,21 @@ def resolve_device(name: str):
     return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 
-def autocast(device, enabled: bool):
-    """bf16 autocast on CUDA (the policy's forward passes); a no-op on the CPU."""
+def uses_bf16(device, cfg: PosttrainConfig) -> bool:
+    """Whether the policy's forward passes autocast to bf16: on CUDA with ``bf16``; on a CPU with
+    ``cpu_bf16`` where it multiplies bf16 natively (`pretrain.model.cpu_has_bf16`), else fp32."""
+    from pretrain.model import cpu_has_bf16
+    if device.type == "cuda":
+        return cfg.bf16
+    return device.type == "cpu" and cfg.cpu_bf16 and cpu_has_bf16()
+
+
+def autocast(device, cfg: PosttrainConfig):
+    """`uses_bf16`'s autocast context (the losses cast logits to fp32 either way)."""
     import contextlib
 
     import torch
-    if device.type == "cuda" and enabled:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16) if uses_bf16(device, cfg) else contextlib.nullcontext()
 
 
 def check_same_vocabulary(student_tok, teacher_tok, student_model, teacher_model) -> None:
@@ -144,6 +151,8 @@ class Trainer:
 
         self.cfg, self.out = cfg, Path(out)
         self.device = resolve_device(cfg.device)
+        self.bf16 = uses_bf16(self.device, cfg)               # logged with every step
+        self.autocast = lambda: autocast(self.device, cfg)
         self.model, self.tokenizer, student_data = load_model_and_tokenizer(run_dir=student_dir)
         self.model.to(self.device)
         self.data = Path(data or student_data or "")
@@ -297,14 +306,14 @@ class Trainer:
                     if not objective.contributes(None if advantages is None else advantages[sl], mask[sl]):
                         if epoch == 0:      # a gradient of exactly 0: no backward, only a forward for the entropy
                             skipped += int(mask[sl].sum())
-                            with torch.no_grad(), autocast(self.device, cfg.bf16):
+                            with torch.no_grad(), self.autocast():
                                 logits = next_token_logits(self.model, mb_ids, mb_attn)
                             ent_sum += float(losses.token_entropy(logits, mask[sl]).sum())
                         t_update += time.perf_counter() - t1
                         continue
                     scored += int(mask[sl].sum())
                     teacher_logits = ref_logp = None
-                    with torch.no_grad(), autocast(self.device, cfg.bf16):
+                    with torch.no_grad(), self.autocast():
                         if self.teacher is not None:   # one forward pass per episode, never per turn
                             teacher_logits = next_token_logits(self.teacher, mb_ids, mb_attn)
                         if self.reference is not None:
@@ -312,7 +321,7 @@ class Trainer:
                             ref_logp = target_logp(ref, rec["targets"][sl])
                     t_score += time.perf_counter() - t1
                     t1 = time.perf_counter()
-                    with autocast(self.device, cfg.bf16):
+                    with self.autocast():
                         logits = next_token_logits(self.model, mb_ids, mb_attn)
                     mb = MicroBatch(logits, rec["targets"][sl], mask[sl], turn[sl], old[sl],
                                     None if advantages is None else advantages[sl], teacher_logits, ref_logp,
@@ -358,7 +367,8 @@ class Trainer:
                 "cap": cap, "probe": probe, "alpha": alpha if cfg.method == "turnopd" else None,
                 "updates": n_updates, "clip_frac": (clipped / max(1, scored) if advantages is not None else None),
                 "agent_tokens": n_tokens, "skipped_tokens": skipped, "episodes": n_eps, "grad_norm": grad_norm,
-                "rollout_s": t_rollout, "scoring_s": t_score, "update_s": t_update, "train_wall_s": self.train_wall}
+                "rollout_s": t_rollout, "scoring_s": t_score, "update_s": t_update, "train_wall_s": self.train_wall,
+                "bf16": self.bf16}
 
     def evaluate(self) -> dict:
         from engine.evaluate import evaluate

@@ -36,6 +36,7 @@ from planning_gym.config import CorpusConfig
 from planning_gym.cli import UsageError
 from planning_gym.constants import EVAL_K
 from planning_gym.scales import REPRODUCE
+from posttrain.config import EXECUTION_FIELDS
 from pretrain import rundir
 
 # a checkpoint's weights (pretrain.checkpoint; a large model's are sharded behind an index), which reproduce.carry
@@ -400,7 +401,8 @@ def _covers(summary: dict, splits, difficulties) -> bool:
 def _differences(config_file: Path, wanted: dict, defaults: dict | None = None) -> dict:
     """``{setting: (recorded, wanted)}`` for what differs between a run's recorded
     ``train_config.json`` and ``wanted`` (empty if nothing or if there is no record yet). A setting
-    the record predates counts as unchanged when ``wanted`` gives it its default (``defaults``)."""
+    the record predates counts as unchanged when ``wanted`` gives it its default (``defaults``);
+    how a run executes (`posttrain.config.EXECUTION_FIELDS`: device, precision) never differs."""
     try:
         have = json.loads(Path(config_file).read_text())
     except (OSError, ValueError):
@@ -410,8 +412,8 @@ def _differences(config_file: Path, wanted: dict, defaults: dict | None = None) 
         return {**{k: v for k, v in record.items() if k != "config"}, **record.get("config", {})}
     have, wanted = flat(have), flat(wanted)
     defaults = defaults or {}
-    return {k: (have.get(k), v) for k, v in wanted.items()
-            if have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)}
+    return {k: (have.get(k), v) for k, v in wanted.items() if k not in EXECUTION_FIELDS
+            and have.get(k) != v and not (k not in have and k in defaults and defaults[k] == v)}
 
 
 def _defaults(cfg) -> dict:

@@ -308,8 +308,8 @@ def test_bench_update_counts_the_padding_it_saves(tmp_path):
                   "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["real_tokens"] == 200 and r["padded_tokens"] == 320 and r["real_tokens"] <= r["cut_tokens"] < 320
-    assert r["padded_s"] > 0 and r["cut_s"] > 0 and r["cut_masked_s"] > 0
-    assert r["speedup_no_mask"] == r["cut_masked_s"] / r["cut_s"]
+    assert r["padded_s"] > 0 and r["cut_s"] > 0 and r["cut_masked_s"] > 0 and r["cut_bf16_s"] > 0
+    assert isinstance(r["native_bf16"], bool)
     assert bench(["--min-len", "90", "--max-len", "10"]) == 2
 
 
@@ -401,3 +401,37 @@ def test_budget_sweep_runs_resumes_and_reports_paired_deltas(student, teacher_b,
     assert [(r["arm"], r.get("steps")) for r in rows] == [("teacher (reference)", None), ("self", 1), ("self", 2),
                                                           ("opd", 1), ("turnopd", 2), ("grpo", 1)]
     assert rows[2]["ID"]["delta"] == 0                                   # still a no-op after two steps
+
+
+@pytest.mark.parametrize("cpu_bf16,native,expect", [(True, True, torch.bfloat16), (False, True, torch.float32),
+                                                    (True, False, torch.float32)])
+def test_cpu_bf16_autocasts_the_forward_passes_only_where_the_cpu_multiplies_bf16(student, teacher_b, monkeypatch,
+                                                                                   cpu_bf16, native, expect):
+    """``cpu_bf16`` autocasts the student's and the teacher's forward passes on a CPU that
+    multiplies bf16 natively, and only there; every step logs which precision it ran at."""
+    import pretrain.model
+    from posttrain.objectives import OBJECTIVES
+    root, run = student
+    monkeypatch.setattr(pretrain.model, "cpu_has_bf16", lambda: native)
+    objective, seen = OBJECTIVES["opd"], []
+    original = objective.loss
+
+    def spy(self, mb):
+        seen.append((mb.logits.dtype, mb.teacher_logits.dtype))
+        return original(self, mb)
+    monkeypatch.setattr(objective, "loss", spy)
+    out = root / f"bf16_{cpu_bf16}_{native}"
+    assert posttrain_main(["--method", "opd", "--student", str(run), "--teacher", str(teacher_b), "--out", str(out),
+                           "--scale", "tiny", *sets(*FAST, "steps=1", "eval_every=0", "device=cpu",
+                                                    f"cpu_bf16={str(cpu_bf16).lower()}")]) == 0
+    assert seen and set(seen) == {(expect, expect)}
+    steps = [m for m in metrics(out) if not m.get("eval")]
+    assert [m["bf16"] for m in steps] == [expect == torch.bfloat16]
+
+
+def test_small_autocasts_the_distillation_family_but_not_grpo():
+    """GRPO's ratio compares the trained policy with the fp32 sampler, so it must not autocast."""
+    from posttrain.config import METHODS, make_config
+    assert {m: make_config(m, "small").cpu_bf16 for m in METHODS} == {"grpo": False, "opd": True, "turnopd": True,
+                                                                       "tcod": True}
+    assert not any(make_config(m, "tiny").cpu_bf16 for m in METHODS)

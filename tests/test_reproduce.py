@@ -135,6 +135,17 @@ def test_a_run_recorded_before_a_setting_existed_is_not_rebuilt_for_its_default(
                              {"eval_splits": "ID,OOD"})
 
 
+def test_a_run_built_on_another_device_or_precision_is_the_same_artifact(tmp_path):
+    """A run trained in fp32 on a CPU is reused (and resumed) where the store now asks for bf16 or
+    another device; a setting of what a step computes is not."""
+    from reproduce.store import _changes
+    record = tmp_path / "train_config.json"
+    record.write_text(json.dumps({"student": "s", "config": {"lr": 1e-4, "device": "cpu", "bf16": True}}))
+    wanted = {"student": "s", "config": {"lr": 1e-4, "device": "auto", "bf16": False, "cpu_bf16": True}}
+    assert _changes(record, wanted, {"cpu_bf16": False}) == ""
+    assert "lr=" in _changes(record, {**wanted, "config": {**wanted["config"], "lr": 3e-4}}, {"cpu_bf16": False})
+
+
 def test_markdown_tables_and_reports():
     text = md_table(["a", "b"], [["x", 12.25], ["y", float("nan")], ["z", None], ["w", 0.04567], ["v", 0.0]])
     assert text.splitlines() == ["| a | b |", "|---|---|", "| x | 12.2 |", "| y | – |", "| z | – |", "| w | 0.0457 |",
