@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -191,6 +192,11 @@ class Trainer:
         self.student_dir, self.teacher_dir = Path(student_dir), teacher_dir
         if resume:
             self._resume()
+        elif rundir.metrics_path(self.out).exists() or (self.out / rundir.EVAL).exists():
+            # killed before its first checkpoint: a fresh start, whose rows must not follow the old ones
+            print(f"starting {self.out} over: it holds no checkpoint, so its logs are replaced", file=sys.stderr)
+            rundir.metrics_path(self.out).unlink(missing_ok=True)
+            shutil.rmtree(self.out / rundir.EVAL, ignore_errors=True)
 
     # ----- bookkeeping ----------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -472,11 +478,6 @@ def run(argv=None) -> dict:
         if latest_checkpoint(out) is not None:
             raise UsageError(f"{args.out} already holds checkpoints; pass --resume or choose another --out")
         prepare_output(out, exists_ok=True, what="run folder")
-        if rundir.metrics_path(out).exists() or (out / rundir.EVAL).exists():   # killed before its first checkpoint
-            print(f"starting {out} over: it holds no checkpoint, so its logs are replaced", file=sys.stderr)
-            rundir.metrics_path(out).unlink(missing_ok=True)
-            import shutil
-            shutil.rmtree(out / rundir.EVAL, ignore_errors=True)
     trainer = Trainer(cfg, Path(args.student), Path(args.teacher) if args.teacher else None, Path(args.out),
                       Path(args.data) if args.data else None, args.resume)
     summary = trainer.fit()

@@ -435,3 +435,20 @@ def test_small_autocasts_the_distillation_family_but_not_grpo():
     assert {m: make_config(m, "small").cpu_bf16 for m in METHODS} == {"grpo": False, "opd": True, "turnopd": True,
                                                                        "tcod": True}
     assert not any(make_config(m, "tiny").cpu_bf16 for m in METHODS)
+
+
+def test_a_run_cut_off_before_its_first_checkpoint_starts_over_without_its_old_rows(student):
+    """The store starts such a run afresh through `Trainer` itself (not the CLI): the rows and the
+    evaluation of the cut-off attempt must not stay in front of the new ones."""
+    from posttrain.config import make_config
+    from posttrain.train import Trainer
+    from pretrain import rundir
+    root, run = student
+    out = root / "cut_off"
+    (out / rundir.EVAL).mkdir(parents=True)
+    rundir.metrics_path(out).write_text(json.dumps({"step": 1, "stale": True}) + "\n")
+    cfg = make_config("grpo", "tiny", steps=1, tasks_per_step=2, group_size=2, step_limit=2, max_turn_tokens=12,
+                      eval_tasks_per_cell=1, eval_k=1, eval_every=0)
+    Trainer(cfg, run, None, out, None, False).fit()
+    rows = metrics(out)
+    assert [r["step"] for r in rows if not r.get("eval")] == [1] and not any(r.get("stale") for r in rows)
