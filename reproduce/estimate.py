@@ -2,7 +2,8 @@
 
     python -m reproduce.estimate [--scale paper] [--gpu-flops 989e12] [--mfu 0.35]
                                  [--rollout-mfu 0.05] [--rollout-tok-s N] [--episode-tokens N] [--json PATH]
-                                 [--remaining [--root runs/reproduce] [--data-dir data] [--seed S]]
+                                 [--remaining [--root runs/reproduce] [--data-dir data] [--seed S]
+                                  [--measured]]
 
 Why this exists: the paper-scale path (issue 21) must say what it costs before it is run.  No
 GPU throughput has been measured in this project yet, so every rate below is an assumption,
@@ -15,6 +16,10 @@ once, against the first table that builds it (its marginal cost in `reproduce al
 as cost -- what a multi-session run at small still has to do.  Budgets
 come from the real configs: `pretrain.config.make_config(scale)`, `Store.posttrain_config`,
 `Store.budget` (planning_gym.scales), FLOPs from `pretrain.model`.  Per seed; --seeds N costs N x.
+With --measured (and --remaining) a last column prices what is left at the rates the store's own
+runs measured on this machine (`Rates`: seconds per training step of each method and horizon,
+per evaluation episode, per pre-training token), a run cut off at a checkpoint by its steps left:
+the core-hours a multi-session run at small still needs (one worker per core).
 """
 from __future__ import annotations
 
@@ -34,12 +39,13 @@ COLUMNS = ("pretrain_gpu_h", "posttrain_gpu_h", "eval_gpu_h")
 class Plan:
     """Artifacts of one scale, each costed once (FLOPs split into training and rollout work)."""
 
-    def __init__(self, scale: str, episode_tokens: int | None, store=None, remaining: bool = False):
+    def __init__(self, scale: str, episode_tokens: int | None, store=None, remaining: bool = False, rates=None):
         from pretrain.config import make_config
         from pretrain.model import analytic_params
         from reproduce.store import Store
         self.store, self.scale = store or Store(scale), scale
         self.remaining = remaining        # leave out what the store has already built (counted as "built")
+        self.rates = rates                # a `Rates`: also price what is left in measured seconds
         self.pre_cfg = make_config(scale)
         self.n = analytic_params(self.pre_cfg)       # vocab = the BPE target size (the trained one is close)
         probe = self.store.posttrain_config("opd")
@@ -59,7 +65,8 @@ class Plan:
 
     def _row(self) -> dict:
         return self.rows.setdefault(self.table, dict(pretrain=0, posttrain=0, evals=0, built=0, train_flops=0.0,
-                                                     post_update_flops=0.0, post_rollout_flops=0.0, eval_flops=0.0))
+                                                     post_update_flops=0.0, post_rollout_flops=0.0, eval_flops=0.0,
+                                                     measured_s=0.0, running=0))
 
     def _built(self, kind: str, key: str, cfg=None, corpus: str = "") -> bool:
         """With ``remaining``: is this artifact already in the store, built under today's settings?"""
@@ -90,6 +97,16 @@ class Plan:
             self._row()["built"] += 1
         return done
 
+    def _steps_done(self, name: str, cfg) -> int:
+        """The steps a cut-off run of today's settings keeps when it resumes (its newest checkpoint)."""
+        import dataclasses
+
+        from reproduce.store import _changes, _defaults
+        run = self.store.home / "posttrain" / name
+        if "/" in name or _changes(run / "train_config.json", {"config": dataclasses.asdict(cfg)}, _defaults(cfg)):
+            return 0
+        return Rates.steps_done(run)
+
     def _eval_episodes(self, domains: int, splits: int = 2, bins: int = len(DIFFICULTIES), per_cell: int = 0) -> int:
         tasks = min(per_cell or self.store.budget["eval_tasks_per_cell"] or 10**9, CORPUS[self.scale]["test"])
         return domains * splits * bins * tasks * EVAL_K
@@ -118,6 +135,8 @@ class Plan:
             row = self._row()
             row["pretrain"] += 1
             row["train_flops"] += train_flops_per_token(c, self.n) * c.steps * c.batch_size * c.block_size
+            if self.rates:
+                row["measured_s"] += self.rates.pretrain_s(c.steps * c.batch_size * c.block_size)
         return key
 
     def evaluation(self, model: str, corpus: str = "", domains: int = 1) -> None:
@@ -127,6 +146,8 @@ class Plan:
             row = self._row()
             row["evals"] += 1
             row["eval_flops"] += 2.0 * self.n * self.episode_tokens * self._eval_episodes(domains)
+            if self.rates:
+                row["measured_s"] += self.rates.episode_s() * self._eval_episodes(domains)
 
     def posttrained(self, name: str, method: str, domains: int = 1, student: str | None = None,
                     teacher: str | None = None, **overrides) -> str:
@@ -146,7 +167,62 @@ class Plan:
             row["post_update_flops"] += (6.0 * cfg.ppo_epochs + scoring) * self.n * tokens
             row["eval_flops"] += cfg.evaluations * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
                 domains, splits, bins, cfg.eval_tasks_per_cell)
+            if self.rates:
+                done = self._steps_done(name, cfg)
+                row["running"] += bool(done)
+                row["measured_s"] += self.rates.step_s(method, cfg.difficulties) * (cfg.steps - done) + \
+                    self.rates.episode_s() * cfg.evaluations * self._eval_episodes(domains, splits, bins,
+                                                                                    cfg.eval_tasks_per_cell)
         return name
+
+
+class Rates:
+    """Seconds per unit of work, as the store's own runs measured them on this machine.
+
+    A training step: the mean of ``rollout_s + scoring_s + update_s`` over every logged step of
+    the store's post-training runs of that method and horizon (else of that method, else of any);
+    an evaluation episode: seconds over episodes of every evaluation summary; a pre-training token:
+    the mean of the logged ``tok_per_s``.  Runs of both precisions are pooled, so where the newer
+    ones autocast (``cpu_bf16``) the price is an upper bound."""
+
+    def __init__(self, home: Path):
+        from planning_gym.cli import read_jsonl
+        self.steps: dict[tuple[str, str], list[float]] = {}
+        for record in home.glob("posttrain/**/train_config.json"):
+            cfg = json.loads(record.read_text()).get("config", {})
+            for r in read_jsonl(record.parent / "metrics.jsonl"):
+                if "rollout_s" in r:
+                    key = (cfg.get("method", ""), cfg.get("difficulties", ""))
+                    self.steps.setdefault(key, []).append(r["rollout_s"] + r["scoring_s"] + r["update_s"])
+        summaries = [json.loads(f.read_text()) for f in home.glob("**/eval/**/summary.json")]
+        self.episodes = [(s["seconds"], s["episodes"]) for s in summaries if s.get("seconds") and s.get("episodes")]
+        self.tok_s = [r["tok_per_s"] for f in home.glob("pretrain/*/metrics.jsonl") for r in read_jsonl(f)
+                      if r.get("tok_per_s")]
+        if not (self.steps and self.episodes and self.tok_s):
+            raise UsageError(f"--measured needs finished pre-training, evaluation and post-training runs in {home}")
+
+    @staticmethod
+    def _mean(values) -> float:
+        return sum(values) / len(values)
+
+    def step_s(self, method: str, difficulties: str) -> float:
+        same = self.steps.get((method, difficulties)) or \
+            [x for (m, _), v in self.steps.items() if m == method for x in v] or \
+            [x for v in self.steps.values() for x in v]
+        return self._mean(same)
+
+    def episode_s(self) -> float:
+        return sum(s for s, _ in self.episodes) / sum(n for _, n in self.episodes)
+
+    def pretrain_s(self, tokens: int) -> float:
+        return tokens / self._mean(self.tok_s)
+
+    @staticmethod
+    def steps_done(run: Path) -> int:
+        """The step of a cut-off run's newest checkpoint (what a resume keeps), 0 if none."""
+        from pretrain.checkpoint import latest_checkpoint
+        ckpt = latest_checkpoint(run) if run.is_dir() else None
+        return int(ckpt.name.rpartition("_")[2]) if ckpt else 0
 
 
 def run_key(model: str) -> str:
@@ -164,13 +240,13 @@ def model_path(store, key: str) -> Path:
     return store.checkpoint_path(run, None if at == "student" else int(at))
 
 
-def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False) -> Plan:
+def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: bool = False, rates=None) -> Plan:
     """Every artifact of `reproduce all` at ``scale``, table by table (mirrors reproduce/*.py);
     with ``remaining``, only those ``store`` has not built yet."""
     from posttrain.teachers import REGIMES
     from reproduce import merge, pretraining, shaping, turnopd
     from reproduce.cli import REPRODUCTIONS
-    p = Plan(scale, episode_tokens, store, remaining)
+    p = Plan(scale, episode_tokens, store, remaining, rates)
     steps = p.pre_cfg.steps
     for p.table in REPRODUCTIONS:
         t = p.table
@@ -245,10 +321,12 @@ def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok
         update = r["post_update_flops"] / (gpu_flops * mfu) / 3600
         post = update + roll(r["post_rollout_flops"]) / 3600
         ev = roll(r["eval_flops"]) / 3600
-        rows.append({"table": table, "artifacts": f"{r['pretrain']} pre-train, {r['posttrain']} post-train, "
+        running = f", {r['running']} of them cut off at a checkpoint" if r["running"] else ""
+        rows.append({"table": table, "artifacts": f"{r['pretrain']} pre-train, {r['posttrain']} post-train{running}, "
                      f"{r['evals']} eval" + (f" (+{r['built']} already built)" if r["built"] else ""), "built": r["built"],
                      "pretrain_gpu_h": pre, "posttrain_gpu_h": post,
-                     "posttrain_update_gpu_h": update, "eval_gpu_h": ev, "total_gpu_h": pre + post + ev})
+                     "posttrain_update_gpu_h": update, "eval_gpu_h": ev, "total_gpu_h": pre + post + ev,
+                     "measured_core_h": r["measured_s"] / 3600 if p.rates else None})
     total = {"table": "total", "artifacts": f"{sum(r['pretrain'] for r in p.rows.values())} pre-train, "
              f"{sum(r['posttrain'] for r in p.rows.values())} post-train, {sum(r['evals'] for r in p.rows.values())} eval",
              "built": sum(r["built"] for r in p.rows.values())}
@@ -256,6 +334,7 @@ def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok
         total["artifacts"] += f" (+{total['built']} already built)"
     for key in (*COLUMNS, "posttrain_update_gpu_h", "total_gpu_h"):
         total[key] = sum(r[key] for r in rows)
+    total["measured_core_h"] = sum(r["measured_core_h"] for r in rows) if p.rates else None
     return rows + [total]
 
 
@@ -277,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default="runs/reproduce", help="the store's runs folder (with --remaining)")
     ap.add_argument("--data-dir", default="data", help="the store's corpora folder (with --remaining)")
     ap.add_argument("--seed", type=int, default=0, help="the store's seed (with --remaining)")
+    ap.add_argument("--measured", action="store_true",
+                    help="with --remaining: also price what is left at the store's own measured rates (core-hours)")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
 
     def run() -> int:
@@ -286,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                            ("rollout_mfu", 1.0)):
             _positive("--" + name.replace("_", "-"), getattr(a, name), most)
         from reproduce.store import Store
+        if a.measured and not a.remaining:
+            raise UsageError("--measured prices what is left: pass --remaining too")
         store = Store(a.scale, Path(a.root), Path(a.data_dir), seed=a.seed)
-        p = plan(a.scale, a.episode_tokens, store, a.remaining)
+        p = plan(a.scale, a.episode_tokens, store, a.remaining, Rates(store.home) if a.measured else None)
         rows = hours(p, a.gpu_flops, a.mfu, a.rollout_mfu, a.rollout_tok_s)
         cfg = p.pre_cfg
         rate = f"{a.rollout_tok_s:g} tokens/s (given)" if a.rollout_tok_s else f"{a.rollout_mfu:g} of the peak"
@@ -310,12 +393,17 @@ def main(argv: list[str] | None = None) -> int:
                 "not counted: pre-training loss evaluations, corpus generation (CPU), the small probes (token "
                 "views, per-turn KL); TurnOPD's / TCOD-F2B's shortened rollouts are counted at full depth"):
             print(f"- {line}")
-        print(f"\n| table/figure | artifacts ({'to build' if a.remaining else 'new'}) | pre-train GPU-h | post-train GPU-h | eval GPU-h | total GPU-h |")
-        print("|---|---|---:|---:|---:|---:|")
+        if p.rates:
+            print(f"- measured (last column): {p.rates.step_s('opd', 'mid'):.0f} s per OPD step at mid, "
+                  f"{p.rates.episode_s():.2f} s per evaluation episode, {p.rates._mean(p.rates.tok_s):.0f} "
+                  f"pre-training tokens/s, as the runs in {store.home} logged them (one process per core)")
+        keys = (*COLUMNS, "total_gpu_h") + (("measured_core_h",) if p.rates else ())
+        print(f"\n| table/figure | artifacts ({'to build' if a.remaining else 'new'}) | pre-train GPU-h | post-train GPU-h "
+              f"| eval GPU-h | total GPU-h |" + (" measured core-h |" if p.rates else ""))
+        print("|---|---|" + "---:|" * len(keys))
         for r in rows:
             b = "**" if r["table"] == "total" else ""
-            print(f"| {b}{r['table']}{b} | {r['artifacts']} | " + " | ".join(
-                f"{b}{r[k]:.1f}{b}" for k in (*COLUMNS, "total_gpu_h")) + " |")
+            print(f"| {b}{r['table']}{b} | {r['artifacts']} | " + " | ".join(f"{b}{r[k]:.1f}{b}" for k in keys) + " |")
         if a.json:
             Path(a.json).write_text(json.dumps({**{k: v for k, v in vars(a).items() if k != "json"},
                                                 "episode_tokens": p.episode_tokens, "params": p.n, "rows": rows}))

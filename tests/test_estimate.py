@@ -83,3 +83,34 @@ def test_remaining_leaves_out_what_the_store_has_built(tmp_path):
     assert left["turnopd"]["built"] == 1 and "(+1 already built)" in left["turnopd"]["artifacts"]
     assert 0 < left["turnopd"]["posttrain_gpu_h"] < full["turnopd"]["posttrain_gpu_h"]    # TurnOPD: other lr
     assert left["total"]["built"] == 4
+
+
+def test_measured_prices_what_is_left_at_the_stores_own_rates(tmp_path):
+    """--measured: seconds per training step, per evaluation episode and per pre-training token
+    come from the store's logs; a run cut off at a checkpoint costs only its steps left."""
+    import dataclasses
+
+    from reproduce.store import Store
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data")
+    (store.home / "pretrain" / "x").mkdir(parents=True)
+    (store.home / "pretrain" / "x" / "metrics.jsonl").write_text(json.dumps({"step": 10, "tok_per_s": 1000.0}) + "\n")
+    (store.home / "eval" / "x").mkdir(parents=True)
+    (store.home / "eval" / "x" / "summary.json").write_text(json.dumps({"seconds": 100.0, "episodes": 50}))
+    cfg = store.posttrain_config("opd", topk=50, eval_at_start=False)       # turnopd's vanilla-OPD arm
+    run = store.home / "posttrain" / "turnopd-main-opd"
+    run.mkdir(parents=True)
+    (run / "train_config.json").write_text(json.dumps({"config": dataclasses.asdict(cfg)}))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "rollout_s": 1.0, "scoring_s": 2.0, "update_s": 3.0}))
+    argv = ["--scale", "tiny", "--root", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+            "--remaining", "--measured"]
+    before = rows(tmp_path, *argv)
+    (run / "checkpoints" / "step_000004").mkdir(parents=True)               # cut off after 4 of its steps
+    after = rows(tmp_path, *argv)
+    assert (before["turnopd"]["measured_core_h"] - after["turnopd"]["measured_core_h"]) * 3600 == pytest.approx(4 * 6.0)
+    assert "1 of them cut off at a checkpoint" in after["turnopd"]["artifacts"]
+    total = after.pop("total")
+    assert total["measured_core_h"] == pytest.approx(sum(r["measured_core_h"] for r in after.values()))
+    assert after["table1"]["measured_core_h"] > 0               # its pre-trainings at 1000 tokens/s, evaluations at 2 s
+    assert main(argv[:-2] + ["--measured"]) == 2                # without --remaining
+    (run / "metrics.jsonl").unlink()
+    assert main(argv) == 2                                      # nothing measured yet: one error line
