@@ -6,6 +6,7 @@
     python -m reproduce all --scale tiny --jobs 2       # two tables at a time, one process each
     python -m reproduce fig7 --scale small --seeds 3 --jobs 3   # one table, its seeds in parallel
     python -m reproduce fig7 --scale small --seed 2     # only seed 2 (another machine's share)
+    python -m reproduce fig7,table4,mopd --scale small --workers 2   # these tables, in this order
     python -m reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
@@ -174,7 +175,8 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m reproduce", description=__doc__.split("\n")[0])
-    p.add_argument("table", nargs="?", help=f"one of {', '.join(REPRODUCTIONS)}, or all")
+    p.add_argument("table", nargs="?", help=f"one of {', '.join(REPRODUCTIONS)}, a comma list of them (built in "
+                                            "that order), or all")
     p.add_argument("--scale", default=None, help="tiny | small | paper (default: paper with CUDA, else small)")
     p.add_argument("--root", default="runs/reproduce", help="artifact and output folder")
     p.add_argument("--data-dir", default="data")
@@ -194,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             for key, (title, _) in REPRODUCTIONS.items():
                 print(f"{key:18s} {title}")
             return 0
-        if args.table != "all" and args.table not in REPRODUCTIONS:
-            raise ReproductionError(f"unknown table {args.table!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
+        todo = list(REPRODUCTIONS) if args.table == "all" else [t.strip() for t in args.table.split(",") if t.strip()]
+        unknown = [t for t in todo if t not in REPRODUCTIONS] or ([] if todo else [args.table])
+        if unknown:
+            raise ReproductionError(f"unknown table {unknown[0]!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
         from planning_gym.config import resolve_scale
         scale = resolve_scale(args.scale)
         if args.seeds < 1:
@@ -206,11 +210,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ReproductionError(f"--workers must be at least 1, not {args.workers}")
         if args.seed is not None and (args.seed < 0 or args.seeds != 1):
             raise ReproductionError("--seed S runs one seed (S >= 0); it cannot be combined with --seeds")
-        if args.only and (args.table == "all" or args.jobs > 1):
+        if args.only and (len(todo) > 1 or args.jobs > 1):
             raise ReproductionError("--only builds part of one table: name the table, without --jobs")
         seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
         stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in seeds]
-        todo = list(REPRODUCTIONS) if args.table == "all" else [args.table]
         t0 = time.time()
         if args.jobs > 1 and len(todo) == 1 and len(stores) > 1:     # one table: its seeds side by side
             same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers)]

@@ -166,8 +166,19 @@ def test_cli_lists_tables_and_refuses_bad_input(capsys):
     assert main(["fig3-4", "--scale", "huge"]) == 2
     assert main(["all", "--scale", "tiny", "--jobs", "0"]) == 2
     assert main(["all", "--scale", "tiny", "--only", "fig7-grpo-*"]) == 2       # --only: part of one table
+    assert main(["fig6,fig99", "--scale", "tiny"]) == 2
+    assert main(["fig6,fig7", "--scale", "tiny", "--only", "fig7-grpo-*"]) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("scale: ")]
-    assert len(err) == 4 and all(line.startswith("error:") for line in err)
+    assert len(err) == 6 and all(line.startswith("error:") for line in err)
+    assert "fig99" in err[4]
+
+
+def test_cli_builds_a_comma_list_of_tables_in_its_order(tmp_path, monkeypatch):
+    import reproduce.cli as cli
+    built = []
+    monkeypatch.setattr(cli, "reproduce_seeds", lambda table, stores, **kw: built.append(table))
+    assert cli.main(["table4,fig7", "--scale", "tiny", "--root", str(tmp_path)]) == 0
+    assert built == ["table4", "fig7"]
 
 
 def test_training_curves_plot_every_logged_metric_and_refuse_a_missing_run(tmp_path):
