@@ -43,6 +43,7 @@ PRETRAIN = {
         hidden_size=256, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=768,
         block_size=1024, steps=1000, batch_size=4, micro_batch=4, lr=1.5e-3, warmup_steps=50,
         eval_every=100, eval_blocks=32, ckpt_every=200, log_every=10,
+        cpu_bf16=True,     # bf16 autocast where the CPU multiplies bf16 natively: ~2x on one core
     ),
     "paper": dict(
         hidden_size=768, num_layers=12, num_heads=12, num_kv_heads=2, intermediate_size=3072,

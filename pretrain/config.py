@@ -60,6 +60,8 @@ class PretrainConfig:
     tracker: str = spec("none", "also log metrics to a tracker: none | tensorboard (RUN/tensorboard/)", choices=TRACKERS)
     # systems
     compile: bool = spec(False, "torch.compile the model")
+    cpu_bf16: bool = spec(False, "bf16 autocast on a CPU that multiplies bf16 natively (else fp32), as CUDA "
+                          "runs always do; off by default: runs recorded before it ran fp32 on CPUs")
     fsdp: bool = spec(False, "shard with FSDP2 under torchrun instead of DDP")
 
     def validate(self) -> "PretrainConfig":

@@ -42,10 +42,18 @@ class Context:
         self.dist = dist if self.world > 1 else None
         self.cuda = cuda
 
-    def autocast(self):
+    def bf16(self, cpu_bf16: bool = False) -> bool:
+        """Whether forward passes autocast to bf16: always on CUDA; on a CPU with ``cpu_bf16`` where it
+        multiplies bf16 natively (`pretrain.model.cpu_has_bf16`)."""
+        from pretrain.model import cpu_has_bf16
+        return self.cuda or (cpu_bf16 and cpu_has_bf16())
+
+    def autocast(self, cpu_bf16: bool = False):
         import torch
 
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.cuda else contextlib.nullcontext()
+        if not self.bf16(cpu_bf16):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def barrier(self):
         if self.dist:

@@ -9,7 +9,8 @@ entry point serves a laptop CPU and a GPU cluster:
 
 It trains the run's tokenizer when the run folder has none, packs the corpus (`pretrain.data`),
 and optimises with AdamW, linear warm-up + cosine decay, gradient accumulation and clipping (bf16
-autocast + SDPA on CUDA, optional ``torch.compile``). Every ``ckpt_every`` steps it writes an
+autocast + SDPA on CUDA, and on a CPU that multiplies bf16 natively with ``cpu_bf16``, small's
+default; optional ``torch.compile``). Every ``ckpt_every`` steps it writes an
 atomic checkpoint (`pretrain.checkpoint`); ``--resume`` continues from the newest one to the same
 bits as an uninterrupted run (on the same hardware). Evaluation loss on ``test_id`` is logged to
 ``RUN/metrics.jsonl``; the config is ``RUN/train_config.json``; ``RUN/summary.json`` points at the
@@ -37,7 +38,7 @@ from pretrain.data import check_corpus
 
 # Fields a resumed run may change: how the work is spread and logged, not what is computed.
 RESUME_MAY_CHANGE = {"micro_batch", "compile", "fsdp", "log_every", "eval_every", "eval_blocks", "ckpt_every",
-                     "keep_checkpoints", "tracker"}
+                     "keep_checkpoints", "tracker", "cpu_bf16"}
 
 FLAGS = {  # CLI flag -> config field (None = use the preset's value)
     "steps": int, "batch_size": int, "micro_batch": int, "block_size": int, "lr": float,
@@ -161,7 +162,7 @@ def evaluate(model, data, cfg: PretrainConfig, ctx) -> dict:
         for i in range(0, per_rank, cfg.micro_batch):
             x, y, m = (torch.from_numpy(a.astype("int64")).to(ctx.device) for a in data.blocks(mine[i:i + cfg.micro_batch]))
             w = torch.tensor(weights[i:i + cfg.micro_batch], device=ctx.device, dtype=torch.float64)[:, None]
-            with ctx.autocast():
+            with ctx.autocast(cfg.cpu_bf16):
                 logits = model(input_ids=x, use_cache=False).logits
             nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y).double()
             sums += torch.stack([(nll * m * w).sum(), (m * w).sum(), (nll * w).sum(), w.sum() * y.shape[1]])
@@ -356,7 +357,7 @@ def run(args) -> int:
             x, y = batch_tensors(train_data, blocks, cfg.loss_on, ctx.device)
             with grad_sync(model, micro == accum - 1):
                 # scaled so that the DDP/FSDP average over ranks gives the global-batch mean
-                loss_sum += micro_step(fwd, x, y, ctx.world / count, ctx.autocast).double()
+                loss_sum += micro_step(fwd, x, y, ctx.world / count, lambda: ctx.autocast(cfg.cpu_bf16)).double()
         loss = ctx.all_reduce(loss_sum).item() / count
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
@@ -377,7 +378,7 @@ def run(args) -> int:
         if step % cfg.log_every == 0 or step == cfg.steps:
             now = time.perf_counter()
             log({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_seen": step * tokens_per_step,
-                 "tok_per_s": tokens_since / max(now - t_log, 1e-9)})
+                 "tok_per_s": tokens_since / max(now - t_log, 1e-9), "bf16": ctx.bf16(cfg.cpu_bf16)})
             bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
             t_log, tokens_since = now, 0
         if step % cfg.eval_every == 0 or step == cfg.steps:

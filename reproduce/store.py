@@ -152,10 +152,19 @@ class Store:
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
             argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
-                    "--set", f"seed={self.seed}"] + (["--set", f"steps={steps}"] if steps else [])
+                    "--set", f"seed={self.seed}", "--set", f"cpu_bf16={str(self.pretrain_cpu_bf16()).lower()}"] + \
+                (["--set", f"steps={steps}"] if steps else [])
             if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
                 raise ReproductionError(f"pre-training {run} failed")
             return run
+
+    def pretrain_cpu_bf16(self) -> bool:
+        """One precision for every pre-training of this home (a seed): the scale's ``cpu_bf16``, unless
+        a pre-training here already ran without it. A paired comparison within a seed (Fig. 3's two
+        CoT formats, Fig. 6's data qualities) then never compares models trained at two precisions."""
+        from pretrain.config import make_config
+        records = [rundir.read_train_config(r.parent) for r in (self.home / "pretrain").glob(f"*/{rundir.TRAIN_CONFIG}")]
+        return make_config(self.scale).cpu_bf16 and all(r.get("config", {}).get("cpu_bf16") for r in records)
 
     def _forget(self, run: Path) -> bool:
         """Delete a post-training artifact carried without its weights, so that it is built again."""

@@ -306,3 +306,26 @@ def test_agent_loss_is_the_mean_over_agent_tokens_of_the_global_batch(corpus, tm
     assert step1["loss"] == pytest.approx(expected, rel=1e-5)
     all_tokens = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch_tensors(data, blocks, "all")[1].flatten()).item()
     assert abs(all_tokens - expected) > 1e-3  # the two objectives really differ on this batch
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_cpu_bf16_autocasts_pretraining_only_where_the_cpu_multiplies_bf16(corpus, tmp_path, monkeypatch, native):
+    import contextlib
+
+    import torch
+
+    import pretrain.model
+    import pretrain.train as trainer
+    seen, original = [], trainer.micro_step
+
+    def spy(fwd, x, y, scale, autocast=contextlib.nullcontext):
+        seen.append(getattr(autocast(), "fast_dtype", None))
+        return original(fwd, x, y, scale, autocast)
+    monkeypatch.setattr(trainer, "micro_step", spy)
+    monkeypatch.setattr(pretrain.model, "cpu_has_bf16", lambda: native)
+    run = tmp_path / "run"
+    assert trainer.main(["--data", str(corpus), "--out", str(run), "--scale", "tiny", "--steps", "2", "--block-size",
+                         "48", "--micro-batch", "3", "--batch-size", "3", "--log-every", "1", "--eval-every", "2",
+                         "--device", "cpu", "--set", "eval_blocks=4", "--set", "cpu_bf16=true"]) == 0
+    assert set(seen) == {torch.bfloat16 if native else None}
+    assert [r["bf16"] for r in metrics(run) if "loss" in r] == [native, native]

@@ -135,6 +135,20 @@ def test_a_run_recorded_before_a_setting_existed_is_not_rebuilt_for_its_default(
                              {"eval_splits": "ID,OOD"})
 
 
+def test_every_pretraining_of_a_home_runs_at_one_precision(tmp_path):
+    """small pre-trains in bf16 on a CPU that can, except in a home (a seed) where a pre-training
+    already ran in fp32: the models a table pairs are then always trained alike."""
+    from reproduce.store import Store
+    store = Store("small", tmp_path / "runs", tmp_path / "data")
+    assert store.pretrain_cpu_bf16()                                  # a new home
+    for name, flag in (("a", True), ("b", None)):
+        (store.home / "pretrain" / name).mkdir(parents=True)
+        config = {"steps": 1000, **({"cpu_bf16": flag} if flag is not None else {})}
+        (store.home / "pretrain" / name / "train_config.json").write_text(json.dumps({"config": config}))
+        assert store.pretrain_cpu_bf16() == bool(flag)                # b predates the setting: fp32
+    assert not Store("tiny", tmp_path / "runs", tmp_path / "data", seed=1).pretrain_cpu_bf16()   # tiny: fp32
+
+
 def test_a_run_built_on_another_device_or_precision_is_the_same_artifact(tmp_path):
     """A run trained in fp32 on a CPU is reused (and resumed) where the store now asks for bf16 or
     another device; a setting of what a step computes is not."""
