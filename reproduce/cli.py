@@ -85,12 +85,33 @@ def budgets_line(runs) -> str:
     return "Post-training: " + "; ".join(parts) + "."
 
 
+def precision_line(runs) -> str:
+    """At what precision the report's runs trained: logged steps that autocast to bf16 (a step's
+    ``bf16``; steps logged before the setting existed ran fp32 on this project's CPUs), per kind."""
+    from planning_gym.cli import read_jsonl
+    counts = {}
+    folders = [f for run in map(Path, runs) for f in (run, *sorted(run.glob("stage_*")))]  # MOPD: its stages
+    for run in dict.fromkeys(f.parent.parent if f.parent.name == "checkpoints" else f for f in folders):
+        kind = "pre-training" if run.parent.name == "pretrain" else "post-training"
+        rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r and not r.get("eval")]
+        mixed = counts.setdefault(kind, {"bf16": 0, "steps": 0, "runs": []})
+        n = sum(bool(r.get("bf16")) for r in rows)
+        mixed["bf16"], mixed["steps"] = mixed["bf16"] + n, mixed["steps"] + len(rows)
+        if n:
+            mixed["runs"].append(f"{run.name} {n} of {len(rows)}")
+    parts = [f"{kind} {'fp32' if not c['bf16'] else 'bf16 autocast' if c['bf16'] == c['steps'] else 'mixed'}"
+             + (f" ({c['bf16']} of {c['steps']} logged steps in bf16"
+                + (f"; {', '.join(c['runs'])}" if c["runs"] else "") + ")" if 0 < c["bf16"] < c["steps"] else "")
+             for kind, c in counts.items() if c["steps"]]
+    return ("Precision of training: " + "; ".join(parts) + "; rollouts and evaluations fp32.") if parts else ""
+
+
 def write(report: Report, store: Store, table_id: str, seconds: float, seeds: list[Store] | None = None) -> Path:
     """``table.md``, ``results.json`` and ``config.json`` into the table's folder; for a report
     merged over the stores ``seeds``: ``seeds.md``, ``seeds_results.json`` and ``seeds_config.json``."""
     out = store.out(table_id)
     stem, prefix = ("seeds", "seeds_") if seeds else ("table", "")
-    budgets = budgets_line(report.runs)
+    budgets = " ".join(filter(None, (budgets_line(report.runs), precision_line(report.runs))))
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
             f"{_tasks_per_cell(store)} per (split, difficulty) cell. "

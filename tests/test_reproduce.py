@@ -617,3 +617,20 @@ def test_two_processes_sharing_one_store_build_a_corpus_once(tmp_path):
     assert logs.count("[reproduce] corpus") == 1                     # built by one process only
     done = {line.split()[1] for line in logs.splitlines() if line.startswith("DONE")}
     assert len(done) == 1 and len(logs.split("DONE")) == 3            # both got the same folder
+
+
+def test_a_table_says_at_what_precision_its_runs_trained(tmp_path):
+    """Steps logged before `cpu_bf16` existed carry no flag and ran fp32; a run that switched
+    on resume is named with its count."""
+    from reproduce.cli import precision_line
+    runs = {"posttrain/old": [None, None], "posttrain/switched": [None, True, True], "pretrain/base": [None]}
+    for name, flags in runs.items():
+        (tmp_path / name).mkdir(parents=True)
+        rows = [{"step": i + 1, "loss": 0.1, **({} if f is None else {"bf16": f})} for i, f in enumerate(flags)]
+        rows.append({"step": len(flags), "eval": True, "loss": 0.0, "bf16": True})        # not a training step
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = precision_line([tmp_path / name for name in runs])
+    assert line == ("Precision of training: post-training mixed (2 of 5 logged steps in bf16; switched 2 of 3); "
+                    "pre-training fp32; rollouts and evaluations fp32.")
+    assert precision_line([tmp_path / "posttrain" / "old"]).startswith("Precision of training: post-training fp32;")
+    assert precision_line([]) == ""
