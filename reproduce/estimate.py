@@ -177,7 +177,7 @@ class Plan:
 
 
 class Rates:
-    """Seconds per unit of work, as the store's own runs measured them on this machine.
+    """Seconds per unit of work, as the store's own runs (every seed's home) measured them here.
 
     A training step: the mean of ``rollout_s + scoring_s + update_s`` over every logged step of
     the store's post-training runs of that method and horizon (else of that method, else of any);
@@ -185,21 +185,22 @@ class Rates:
     the mean of the logged ``tok_per_s``.  Runs of both precisions are pooled, so where the newer
     ones autocast (``cpu_bf16``) the price is an upper bound."""
 
-    def __init__(self, home: Path):
+    def __init__(self, homes: list[Path]):
         from planning_gym.cli import read_jsonl
         self.steps: dict[tuple[str, str], list[float]] = {}
-        for record in home.glob("posttrain/**/train_config.json"):
+        for record in (r for home in homes for r in home.glob("posttrain/**/train_config.json")):
             cfg = json.loads(record.read_text()).get("config", {})
             for r in read_jsonl(record.parent / "metrics.jsonl"):
                 if "rollout_s" in r:
                     key = (cfg.get("method", ""), cfg.get("difficulties", ""))
                     self.steps.setdefault(key, []).append(r["rollout_s"] + r["scoring_s"] + r["update_s"])
-        summaries = [json.loads(f.read_text()) for f in home.glob("**/eval/**/summary.json")]
+        summaries = [json.loads(f.read_text()) for home in homes for f in home.glob("**/eval/**/summary.json")]
         self.episodes = [(s["seconds"], s["episodes"]) for s in summaries if s.get("seconds") and s.get("episodes")]
-        self.tok_s = [r["tok_per_s"] for f in home.glob("pretrain/*/metrics.jsonl") for r in read_jsonl(f)
-                      if r.get("tok_per_s")]
+        self.tok_s = [r["tok_per_s"] for home in homes for f in home.glob("pretrain/*/metrics.jsonl")
+                      for r in read_jsonl(f) if r.get("tok_per_s")]
         if not (self.steps and self.episodes and self.tok_s):
-            raise UsageError(f"--measured needs finished pre-training, evaluation and post-training runs in {home}")
+            raise UsageError("--measured needs logged pre-training, evaluation and post-training runs in "
+                             + (", ".join(map(str, homes)) or "the store"))
 
     @staticmethod
     def _mean(values) -> float:
@@ -370,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.measured and not a.remaining:
             raise UsageError("--measured prices what is left: pass --remaining too")
         store = Store(a.scale, Path(a.root), Path(a.data_dir), seed=a.seed)
-        p = plan(a.scale, a.episode_tokens, store, a.remaining, Rates(store.home) if a.measured else None)
+        homes = [h for h in Path(a.root).glob(f"{a.scale}*") if h.name == a.scale or h.name.startswith(f"{a.scale}-seed")]
+        p = plan(a.scale, a.episode_tokens, store, a.remaining, Rates(homes) if a.measured else None)
         rows = hours(p, a.gpu_flops, a.mfu, a.rollout_mfu, a.rollout_tok_s)
         cfg = p.pre_cfg
         rate = f"{a.rollout_tok_s:g} tokens/s (given)" if a.rollout_tok_s else f"{a.rollout_mfu:g} of the peak"
@@ -396,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         if p.rates:
             print(f"- measured (last column): {p.rates.step_s('opd', 'mid'):.0f} s per OPD step at mid, "
                   f"{p.rates.episode_s():.2f} s per evaluation episode, {p.rates._mean(p.rates.tok_s):.0f} "
-                  f"pre-training tokens/s, as the runs in {store.home} logged them (one process per core)")
+                  f"pre-training tokens/s, as the runs of every seed in {a.root} logged them (one process per core)")
         keys = (*COLUMNS, "total_gpu_h") + (("measured_core_h",) if p.rates else ())
         print(f"\n| table/figure | artifacts ({'to build' if a.remaining else 'new'}) | pre-train GPU-h | post-train GPU-h "
               f"| eval GPU-h | total GPU-h |" + (" measured core-h |" if p.rates else ""))
