@@ -127,7 +127,7 @@ region-map: $(STAMP)
 # Paper tables and figures: runs/reproduce/<scale>/<TABLE>/table.md (ours beside the paper's) + PNGs
 TABLE ?=
 reproduce: $(STAMP)
-	$(BIN)/python -m reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(ONLY),--only '$(ONLY)')
+	$(BIN)/python -m reproduce $(TABLE) $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(ONLY),--only '$(ONLY)') $(if $(CLAIMS),--claims)
 
 reproduce-all: $(STAMP)
 	$(BIN)/python -m reproduce all $(if $(SCALE),--scale $(SCALE)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(JOBS),--jobs $(JOBS))

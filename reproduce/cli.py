@@ -7,6 +7,7 @@
     python -m reproduce fig7 --scale small --seeds 3 --jobs 3   # one table, its seeds in parallel
     python -m reproduce fig7 --scale small --seed 2     # only seed 2 (another machine's share)
     python -m reproduce fig7,table4,mopd --scale small --workers 2   # these tables, in this order
+    python -m reproduce fig7 --scale small --seeds 3 --claims   # seeds 1, 2: only the claims' cell
     python -m reproduce --list
 
 Each table writes ``runs/reproduce/<scale>/<table>/`` with ``table.md`` (our numbers beside the
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", metavar="GLOBS",
                    help="build only the table's units whose key matches one of these comma-separated globs "
                         "(e.g. 'fig7-grpo-*,*@student'), with --workers processes, and write no table")
+    p.add_argument("--claims", action="store_true",
+                   help="seeds after 0 build only what the scoreboard's claims read (Fig. 7: its 4opt8sub/long cell)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
@@ -234,10 +237,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and (len(todo) > 1 or args.jobs > 1):
             raise ReproductionError("--only builds part of one table: name the table, without --jobs")
         seeds = [args.seed] if args.seed is not None else list(range(args.seeds))
-        stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s) for s in seeds]
+        if args.claims and not any(seeds):
+            raise ReproductionError("--claims narrows the seeds after 0: give --seeds N (N > 1) or --seed S (S > 0)")
+        stores = [Store(scale, Path(args.root), Path(args.data_dir), seed=s, claims_only=args.claims and s > 0)
+                  for s in seeds]
         t0 = time.time()
         if args.jobs > 1 and len(todo) == 1 and len(stores) > 1:     # one table: its seeds side by side
-            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers)]
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers),
+                    *(["--claims"] if args.claims else [])]
             by_seed = {str(s.seed): s for s in stores}
             failed = run_tables(list(by_seed), args.jobs,
                                 lambda s: [sys.executable, "-m", "reproduce", todo[0], *same, "--seed", s],
@@ -248,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             reproduce_seeds(todo[0], stores, rewrite=False)    # every artifact is built: read and merge
         elif args.jobs > 1 and len(todo) > 1:
             same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers),
+                    *(["--claims"] if args.claims else []),
                     *(["--seed", str(args.seed)] if args.seed is not None else ["--seeds", str(args.seeds)])]
             failed = run_tables(todo, args.jobs, lambda t: [sys.executable, "-m", "reproduce", t, *same],
                                 stores[0].out)

@@ -264,11 +264,11 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                            else [dict(patterns=q) for q in pretraining.QUALITIES]):
                 p.evaluation(p.pretrained(**change))
         elif t == "fig7":
-            teacher = p.pretrained()
-            for q in shaping.QUALITIES:
+            teacher, cells = p.pretrained(), shaping.region_cells(p.store)
+            for q in dict.fromkeys(q for q, _ in cells):
                 student = f"{p.pretrained(patterns=q)}@student"
                 p.evaluation(student)
-                for d in shaping.DIFFS:
+                for d in (d for qq, d in cells if qq == q):
                     for m in ("grpo", "opd"):
                         p.posttrained(f"fig7-{m}-{q}-{d}", m, student=student, teacher=teacher if m == "opd" else None,
                                       difficulties=d, eval_every=0, eval_splits="ID", eval_difficulties=d)
@@ -357,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default="runs/reproduce", help="the store's runs folder (with --remaining)")
     ap.add_argument("--data-dir", default="data", help="the store's corpora folder (with --remaining)")
     ap.add_argument("--seed", type=int, default=0, help="the store's seed (with --remaining)")
+    ap.add_argument("--claims", action="store_true",
+                    help="a seed after 0 built with `python -m reproduce --claims`: only what the claims read")
     ap.add_argument("--measured", action="store_true",
                     help="with --remaining: also price what is left at the store's own measured rates (core-hours)")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
@@ -370,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         from reproduce.store import Store
         if a.measured and not a.remaining:
             raise UsageError("--measured prices what is left: pass --remaining too")
-        store = Store(a.scale, Path(a.root), Path(a.data_dir), seed=a.seed)
+        store = Store(a.scale, Path(a.root), Path(a.data_dir), seed=a.seed, claims_only=a.claims and a.seed > 0)
         homes = [h for h in Path(a.root).glob(f"{a.scale}*") if h.name == a.scale or h.name.startswith(f"{a.scale}-seed")]
         p = plan(a.scale, a.episode_tokens, store, a.remaining, Rates(homes) if a.measured else None)
         rows = hours(p, a.gpu_flops, a.mfu, a.rollout_mfu, a.rollout_tok_s)

@@ -69,6 +69,7 @@ class Store:
     log: object = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
     seed: int = 0      # trains and samples every model of this store; the corpora are shared
     wait: bool = True  # on an artifact another process is building: wait for it (False: raise Busy)
+    claims_only: bool = False   # build only what the scoreboard's claims read (seeds after 0, `--claims`)
     # how to build each artifact this process has asked for again, should it have been carried without
     # its weights (reproduce.carry): artifact -> a function that rebuilds it
     _origins: dict = field(default_factory=dict, repr=False, compare=False)
@@ -378,7 +379,7 @@ class Store:
 
     def describe(self) -> dict:
         return {"scale": self.scale, "seed": self.seed, "root": str(self.root), "data_dir": str(self.data_dir),
-                "eval_k": EVAL_K,
+                "eval_k": EVAL_K, "claims_only": self.claims_only,
                 **{k: v for k, v in self.budget.items()}}
 
 

@@ -524,3 +524,19 @@ def test_every_model_score_is_printed_beside_the_baselines_on_its_own_tasks():
     assert rows == [["m", "short", 37.5, 75.0, 50.0, 75.0, "50.0 (recall-nearest)"],
                     ["m", "long", 12.5, 25.0, 0.0, 0.0, "0.0 (recall-nearest)"]]   # the oracle is no baseline
     assert reached == 1           # short: recall-cascade ties the model (a tie counts); long: only the model succeeds
+
+
+def test_claims_seeds_build_only_the_claims_cell_and_pool_its_contrasts(store):
+    """``--seeds 2 --claims``: seed 1 trains Fig. 7's 4opt8sub/long runs only (2 of 18), writes no
+    region map, and the merged table pools the three claims over both seeds."""
+    argv = ["fig7", "--scale", "tiny", "--root", str(store.root), "--data-dir", str(store.data_dir), "--seeds", "2",
+            "--claims"]
+    assert cli.main(argv) == 0
+    seed1 = Store("tiny", store.root, store.data_dir, seed=1, claims_only=True)
+    assert sorted(p.name for p in (seed1.home / "posttrain").iterdir() if p.is_dir()) == ["fig7-grpo-4opt8sub-long",
+                                                                                          "fig7-opd-4opt8sub-long"]
+    assert not list(seed1.out("fig7").glob("*.png"))
+    assert "builds only the claims' cell" in (seed1.out("fig7") / "table.md").read_text()
+    merged = json.loads((store.out("fig7") / "seeds_results.json").read_text())
+    assert len(merged["contrasts"]) == 3 and all(c["seeds"] == 2 for c in merged["contrasts"].values())
+    assert cli.main(argv[:-3] + ["--claims"]) == 2          # one seed (0): nothing to narrow
