@@ -92,6 +92,7 @@ def region_map(store: Store) -> Report:
     if store.claims_only:     # one cell: no region map, no curves; its three claims are pooled over seeds
         add_baselines(report, summaries)
         report.results["contrasts"] = region_contrasts(outcomes, befores)
+        report.notes.append(grpo_signal_note(store, chosen))
         report.notes.append(f"Seed {store.seed} builds only the claims' cell, {'/'.join(CLAIM_CELL)} (`--claims`); "
                             "the region map's other cells are seed 0's.")
         return report
@@ -125,6 +126,7 @@ def region_map(store: Store) -> Report:
                         "that OPD's effective region is the broader one (low quality, long horizons)"
                         + (" — ours agrees." if eff["OPD"] > eff["GRPO"] else " — ours does not show it."))
     report.results["contrasts"] = region_contrasts(outcomes, befores)
+    report.notes.append(grpo_signal_note(store, chosen))
     if ("opd", "4opt8sub", "long") in outcomes:
         low_long = report.results["4opt8sub/long"]
         diff, se, _ = paired_difference(outcomes["opd", "4opt8sub", "long"], outcomes["grpo", "4opt8sub", "long"],
@@ -136,6 +138,27 @@ def region_map(store: Store) -> Report:
                                "GRPO helps more here, unlike the paper." if -diff > 2 * se else
                                "no difference beyond two standard errors, so this does not show the paper's gap."))
     return report
+
+
+def signal_steps(run: Path) -> tuple[int, int]:
+    """(GRPO steps with a learning signal, steps): a step has one when some group's rewards differ,
+    i.e. not every agent token was skipped (`skipped_tokens`); steps logged before that field count
+    when anything succeeded (an upper bound)."""
+    rows = [r for r in metrics(run) if not r.get("eval") and "loss" in r]
+    has = [r["skipped_tokens"] < r["agent_tokens"] if "skipped_tokens" in r else r.get("success", 0) > 0 for r in rows]
+    return sum(has), len(rows)
+
+
+def grpo_signal_note(store: Store, cells: list[tuple[str, str]]) -> str:
+    """Which GRPO runs could learn at all: where no group's samples differ in reward, every advantage
+    is 0, the weights do not move, and "GRPO does not help" holds by construction."""
+    counts = {(q, d): signal_steps(store.home / "posttrain" / f"fig7-grpo-{q}-{d}") for q, d in cells}
+    still = [f"{q}/{d}" for (q, d), (n, _) in counts.items() if n == 0]
+    return ("GRPO steps with a learning signal (some group's rewards differ), per cell: "
+            + ", ".join(f"{q}/{d} {n} of {total}" for (q, d), (n, total) in counts.items())
+            + (f". In {', '.join(still)} no step had one: GRPO's weights never moved there, so its Δ is 0 by "
+               "construction (the students never succeed at that horizon), not a measured failure to help."
+               if still else "."))
 
 
 def region_contrasts(outcomes: dict, befores: dict) -> dict[str, dict]:

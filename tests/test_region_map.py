@@ -183,3 +183,26 @@ def test_bad_input_is_one_error_line_and_exit_2(runs, tmp_path, capsys):
     assert R.main([str(runs["opd-4opt"])]) == 2                                # --out is required
     assert "--out" in one_error(capsys)
     assert not out.exists()                                                     # nothing half-written
+
+
+def test_the_fig7_note_says_where_grpo_had_no_signal_to_learn_from(tmp_path):
+    """A GRPO step learns only when some group's rewards differ; where none did, the table must say
+    its Δ is 0 by construction. Steps logged before `skipped_tokens` existed count when anything succeeded."""
+    import json
+
+    from reproduce.shaping import grpo_signal_note, signal_steps
+    from reproduce.store import Store
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data")
+    logs = {"fig7-grpo-4opt-short": [{"agent_tokens": 90, "skipped_tokens": 40},
+                                     {"agent_tokens": 90, "skipped_tokens": 90}],
+            "fig7-grpo-4opt-long": [{"agent_tokens": 90, "skipped_tokens": 90, "success": 0.0}],
+            "fig7-grpo-4opt-mid": [{"agent_tokens": 90, "success": 0.25}, {"agent_tokens": 90, "success": 0.0}]}
+    for name, rows in logs.items():
+        run = store.home / "posttrain" / name
+        run.mkdir(parents=True)
+        rows = [{"step": i + 1, "loss": 0.0, **r} for i, r in enumerate(rows)] + [{"step": len(rows), "eval": True}]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [signal_steps(store.home / "posttrain" / n) for n in logs] == [(1, 2), (0, 1), (1, 2)]
+    note = grpo_signal_note(store, [("4opt", "short"), ("4opt", "mid"), ("4opt", "long")])
+    assert "4opt/short 1 of 2, 4opt/mid 1 of 2, 4opt/long 0 of 1" in note
+    assert "In 4opt/long no step had one" in note and "by construction" in note
