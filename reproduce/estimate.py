@@ -256,7 +256,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
             eq = max(1, round(steps * EQUAL_TRAJECTORY_FRACTION))
             for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None, exact=False)]:
                 p.evaluation(run)
-            for run in arms:
+            for run in arms if not p.store.claims_only else ():       # Fig. 4's curve (not a claim)
                 for s in pretraining.SCALING_STEPS[scale]:
                     p.evaluation(run if s == steps else f"{run}@{s}")
         elif t in ("table1", "fig6"):

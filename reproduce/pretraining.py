@@ -111,7 +111,19 @@ def world_model_vs_direct(store: Store) -> Report:
                                             errors=gain_se, title="world-model minus direct ID avg@8 ± SE (paired), "
                                                                   "ours beside the paper's"))
 
-    # Fig. 4: the same comparison along pre-training (tokens seen), from the runs' checkpoints
+    if store.claims_only:     # the claims read the final models only
+        report.notes.append(f"Seed {store.seed} builds only what the claims read (`--claims`): no Fig. 4 curve.")
+    else:
+        along_pretraining(report, store, arms, out)
+    for key, budget in (("gain", "At equal steps (tokens)"),
+                        ("gain_equal_trajectories", f"At equal trajectories (direct stopped at step {eq_steps})")):
+        report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS],
+                                                         [report.results[f"ID/{d}"][f"{key}_se"] for d in DIFFS]))
+    return report
+
+
+def along_pretraining(report: Report, store: Store, arms: dict, out: Path) -> None:
+    """Fig. 4: the same comparison along pre-training (tokens seen), from the runs' checkpoints."""
     panels, errors, rows = {}, {}, []
     for name, run in arms.items():
         for step in SCALING_STEPS[store.scale]:
@@ -133,11 +145,6 @@ def world_model_vs_direct(store: Store) -> Report:
     report.figures.append(plot_small_multiples(panels, out / "fig4_scaling.png", "pre-training step", "ID avg@8 (%)",
                                                errors=errors, ncols=len(DIFFS),
                                                title="avg@8 ± SE along pre-training, one panel per difficulty (Fig. 4)"))
-    for key, budget in (("gain", "At equal steps (tokens)"),
-                        ("gain_equal_trajectories", f"At equal trajectories (direct stopped at step {eq_steps})")):
-        report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS],
-                                                         [report.results[f"ID/{d}"][f"{key}_se"] for d in DIFFS]))
-    return report
 
 
 def gain_verdict(gains: list[float], ses: list[float]) -> str:

@@ -528,7 +528,7 @@ def test_every_model_score_is_printed_beside_the_baselines_on_its_own_tasks():
 
 def test_claims_seeds_build_only_the_claims_cell_and_pool_its_contrasts(store):
     """``--seeds 2 --claims``: seed 1 trains Fig. 7's 4opt8sub/long runs only (2 of 18), writes no
-    region map, and the merged table pools the three claims over both seeds."""
+    region map, and the merged table pools the three claims over both seeds; Figs. 3-4 skip Fig. 4."""
     argv = ["fig7", "--scale", "tiny", "--root", str(store.root), "--data-dir", str(store.data_dir), "--seeds", "2",
             "--claims"]
     assert cli.main(argv) == 0
@@ -540,3 +540,9 @@ def test_claims_seeds_build_only_the_claims_cell_and_pool_its_contrasts(store):
     merged = json.loads((store.out("fig7") / "seeds_results.json").read_text())
     assert len(merged["contrasts"]) == 3 and all(c["seeds"] == 2 for c in merged["contrasts"].values())
     assert cli.main(argv[:-3] + ["--claims"]) == 2          # one seed (0): nothing to narrow
+    assert cli.main(["fig3-4", *argv[1:]]) == 0              # Figs. 3-4: the final models, no Fig. 4 curve
+    assert not (seed1.out("fig3-4") / "fig4_scaling.png").exists()
+    assert (store.out("fig3-4") / "fig4_scaling.png").exists()
+    merged = json.loads((store.out("fig3-4") / "seeds_results.json").read_text())
+    assert len(merged["contrasts"]) == SCOREBOARD["fig3-4"]
+    assert all(c["seeds"] == 2 for c in merged["contrasts"].values())

@@ -145,9 +145,13 @@ def test_only_picks_units_by_glob_with_the_pre_trainings_they_need(tmp_path):
 
 def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     """The workers' plan narrows with the table (`shaping.region_cells`): a seed built with
-    ``--claims`` has Fig. 7's 4opt8sub/long runs and their student, nothing else."""
+    ``--claims`` has Fig. 7's 4opt8sub/long runs and their student, nothing else, and Figs. 3-4
+    without Fig. 4's checkpoint evaluations."""
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=1, claims_only=True)
     units, _ = workers.needs("fig7", store)
     assert [key for kind, key in units if kind != "pretrain"] == [
         "fa-tiny-4opt8sub@student", "fig7-grpo-4opt8sub-long", "fig7-opd-4opt8sub-long"]
     assert [key for kind, key in units if kind == "pretrain"] == ["fa-tiny", "fa-tiny-4opt8sub"]
+    full, _ = workers.needs("fig3-4", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
+    claims, _ = workers.needs("fig3-4", store)
+    assert [u for u in full if u not in claims] and all("@" not in key for kind, key in claims if kind == "eval")
