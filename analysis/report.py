@@ -116,10 +116,13 @@ def pool_contrast_tables(per_seed: list) -> dict:
 def merge_results(values: list):
     """``results.json`` over seeds: every number becomes ``{"mean", "std", "se", "n", "per_seed"}``
     (``n`` counts the seeds with a finite value; missing statistics are None); other values that
-    differ become ``{"per_seed": [...]}``."""
+    differ become ``{"per_seed": [...]}``, as does a key some seeds lack (None for them: a seed
+    built with ``--claims`` holds only part of a table)."""
     first = values[0]
-    if isinstance(first, dict) and all(isinstance(v, dict) and v.keys() == first.keys() for v in values):
-        return {k: merge_results([v[k] for v in values]) for k in first}
+    if all(isinstance(v, dict) for v in values):
+        keys = dict.fromkeys(k for v in values for k in v)
+        return {k: merge_results([v[k] for v in values]) if all(k in v for v in values)
+                else {"per_seed": [v.get(k) for v in values]} for k in keys}
     if isinstance(first, list) and all(isinstance(v, list) and len(v) == len(first) for v in values):
         return [merge_results(list(col)) for col in zip(*values)]
     if all(_is_number(v) for v in values):
@@ -136,17 +139,18 @@ def merge_seeds(reports: list[Report], seeds: list[int]) -> Report:
     """One report from one per seed (same tables, same rows): every number as mean ± SE over seeds."""
     first = reports[0]
     merged = Report(f"{first.title} ({len(seeds)} seeds: {', '.join(map(str, seeds))})")
-    for i, table in enumerate(first.tables):
-        same_rows = all(len(r.tables) == len(first.tables) and r.tables[i].header == table.header
-                        and [_row_key(row) for row in r.tables[i].rows] == [_row_key(row) for row in table.rows]
-                        for r in reports)
+    captions = dict.fromkeys(t.caption for r in reports for t in r.tables)   # a seed may hold only some tables
+    for caption in captions:
+        found = [next((t for t in r.tables if t.caption == caption), None) for r in reports]
+        table = next(t for t in found if t is not None)
+        same_rows = all(t is not None and t.header == table.header
+                        and [_row_key(row) for row in t.rows] == [_row_key(row) for row in table.rows] for t in found)
         if not (same_rows and table.merge):   # rows depend on the seed, or numbers that do not average
-            for seed, r in zip(seeds, reports):
-                if i < len(r.tables):
-                    t = r.tables[i]
+            for seed, t in zip(seeds, found):
+                if t is not None:
                     merged.tables.append(Table(f"{t.caption} (seed {seed})", t.header, t.rows))
             continue
-        rows = [[merge_cell([r.tables[i].rows[j][c] for r in reports]) for c in range(len(table.header))]
+        rows = [[merge_cell([t.rows[j][c] for t in found]) for c in range(len(table.header))]
                 for j in range(len(table.rows))]
         merged.tables.append(Table(f"{table.caption} (mean ± SE over {len(seeds)} seeds)", table.header, rows))
     merged.results = {"seeds": seeds, "merged": merge_results([r.results for r in reports])}

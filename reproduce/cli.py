@@ -220,10 +220,12 @@ def main(argv: list[str] | None = None) -> int:
             for key, (title, _) in REPRODUCTIONS.items():
                 print(f"{key:18s} {title}")
             return 0
-        todo = list(REPRODUCTIONS) if args.table == "all" else [t.strip() for t in args.table.split(",") if t.strip()]
+        todo = list(REPRODUCTIONS) if args.table == "all" else \
+            list(dict.fromkeys(t.strip() for t in args.table.split(",") if t.strip()))
         unknown = [t for t in todo if t not in REPRODUCTIONS] or ([] if todo else [args.table])
         if unknown:
-            raise ReproductionError(f"unknown table {unknown[0]!r} (choose one of {', '.join(REPRODUCTIONS)}, all)")
+            raise ReproductionError(f"unknown table {unknown[0]!r} (choose one of {', '.join(REPRODUCTIONS)}, "
+                                    "a comma list of them, or all alone)")
         from planning_gym.config import resolve_scale
         scale = resolve_scale(args.scale)
         if args.seeds < 1:
@@ -243,11 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                   for s in seeds]
         t0 = time.time()
         if args.jobs > 1 and len(todo) == 1 and len(stores) > 1:     # one table: its seeds side by side
-            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers),
-                    *(["--claims"] if args.claims else [])]
+            same = ["--scale", scale, "--root", args.root, "--data-dir", args.data_dir, "--workers", str(args.workers)]
             by_seed = {str(s.seed): s for s in stores}
             failed = run_tables(list(by_seed), args.jobs,
-                                lambda s: [sys.executable, "-m", "reproduce", todo[0], *same, "--seed", s],
+                                lambda s: [sys.executable, "-m", "reproduce", todo[0], *same, "--seed", s,
+                                           *(["--claims"] if by_seed[s].claims_only else [])],
                                 lambda s: by_seed[s].out(todo[0]))
             if failed:
                 print(f"error: seed(s) {', '.join(failed)} of {todo[0]} failed (see their reproduce.log)", file=sys.stderr)

@@ -110,14 +110,20 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
     return done
 
 
+def worker_command(table: str, store: Store, workers: int, only: str = "") -> list[str]:
+    """The command of one worker (without its ``--index``): the same store, seed and claims."""
+    return [sys.executable, "-m", "reproduce.workers", table, "--scale", store.scale, "--root", str(store.root),
+            "--data-dir", str(store.data_dir), "--seed", str(store.seed), "--of", str(workers), "--only", only,
+            *(["--claims"] if store.claims_only else [])]
+
+
 def run_workers(table: str, store: Store, workers: int, say=print, only: str = "") -> None:
     """``workers`` processes of `work` on one table and store (one thread each, or cores / workers);
     ``only``: just the units `chosen` by these globs."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     out = store.out(table)
-    command = [sys.executable, "-m", "reproduce.workers", table, "--scale", store.scale, "--root", str(store.root),
-               "--data-dir", str(store.data_dir), "--seed", str(store.seed), "--of", str(workers), "--only", only]
+    command = worker_command(table, store, workers, only)
     t0 = time.time()
     procs = []
     for i in range(workers):
@@ -147,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--of", type=int, required=True)
     p.add_argument("--only", default="")
+    p.add_argument("--claims", action="store_true", help="the store builds only what the claims read")
 
     def go() -> int:
         args = p.parse_args(argv)
-        store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed)
+        store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed, claims_only=args.claims)
         units, requests = needs(args.table, store)
         units = chosen(store, units, requests, args.only)
         done = work(store, units, requests, args.index, args.of)

@@ -592,3 +592,18 @@ def test_two_processes_sharing_one_store_build_a_corpus_once(tmp_path):
     assert logs.count("[reproduce] corpus") == 1                     # built by one process only
     done = {line.split()[1] for line in logs.splitlines() if line.startswith("DONE")}
     assert len(done) == 1 and len(logs.split("DONE")) == 3            # both got the same folder
+
+
+def test_claims_reach_only_the_seeds_after_0_when_seeds_run_side_by_side(tmp_path, monkeypatch):
+    from reproduce import cli as repro
+    monkeypatch.setitem(repro.REPRODUCTIONS, "fake", ("a fake table", seed_table))
+    spawned = {}
+
+    def in_process(keys, jobs, command, log_dir, say=print):
+        spawned.update({key: command(key) for key in keys})
+        return []
+    monkeypatch.setattr(repro, "run_tables", in_process)
+    argv = ["fake", "--scale", "tiny", "--root", str(tmp_path / "out"), "--seeds", "3", "--jobs", "3", "--claims"]
+    assert repro.main(argv) == 0
+    assert {seed: "--claims" in command for seed, command in spawned.items()} == {"0": False, "1": True, "2": True}
+    assert repro.main(["fake,fake", "--scale", "tiny", "--root", str(tmp_path / "out")]) == 0      # one table

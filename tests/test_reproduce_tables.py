@@ -543,6 +543,10 @@ def test_claims_seeds_build_only_the_claims_cell_and_pool_its_contrasts(store):
     assert cli.main(["fig3-4", *argv[1:]]) == 0              # Figs. 3-4: the final models, no Fig. 4 curve
     assert not (seed1.out("fig3-4") / "fig4_scaling.png").exists()
     assert (store.out("fig3-4") / "fig4_scaling.png").exists()
+    seeds_md = (store.out("fig3-4") / "seeds.md").read_text()    # the tables both seeds hold are merged
+    assert "(mean ± SE over 2 seeds)" in seeds_md and "along pre-training (Fig. 4); ± SE: standard error over tasks " \
+        "(seed 0)" in seeds_md
     merged = json.loads((store.out("fig3-4") / "seeds_results.json").read_text())
+    assert merged["merged"]["scaling"]["per_seed"][1] is None and merged["merged"]["ID/long"]["gain"]["n"] == 2
     assert len(merged["contrasts"]) == SCOREBOARD["fig3-4"]
     assert all(c["seeds"] == 2 for c in merged["contrasts"].values())

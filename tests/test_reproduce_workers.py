@@ -1,6 +1,7 @@
 """Several workers on one table (reproduce.workers): each artifact built once, the family base first,
 two at a time, and nothing the plan can only guess."""
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -155,3 +156,14 @@ def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     full, _ = workers.needs("fig3-4", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
     claims, _ = workers.needs("fig3-4", store)
     assert [u for u in full if u not in claims] and all("@" not in key for kind, key in claims if kind == "eval")
+
+
+def test_a_claims_seeds_workers_build_for_a_claims_store(tmp_path, monkeypatch):
+    """`run_workers` starts each worker with the store's claims, and a worker's store has them."""
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=1, claims_only=True)
+    argv = workers.worker_command("fig7", store, 2)
+    assert argv[:3] == [sys.executable, "-m", "reproduce.workers"] and "--claims" in argv
+    assert "--claims" not in workers.worker_command("fig7", Store("tiny", tmp_path / "runs", tmp_path / "data"), 2)
+    seen = []
+    monkeypatch.setattr(workers, "needs", lambda table, s: seen.append((s.seed, s.claims_only)) or ([], {}))
+    assert workers.main([*argv[3:], "--index", "0"]) == 0 and seen == [(1, True)]
