@@ -149,6 +149,7 @@ class Trainer:
 
         from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
         from posttrain.turnopd import DepthController
+        from pretrain.checkpoint import checkpoint_dirs
 
         self.cfg, self.out = cfg, Path(out)
         self.device = resolve_device(cfg.device)
@@ -192,6 +193,8 @@ class Trainer:
         self.student_dir, self.teacher_dir = Path(student_dir), teacher_dir
         if resume:
             self._resume()
+        elif checkpoint_dirs(self.out):
+            raise UsageError(f"{self.out} already holds checkpoints; pass --resume or choose another --out")
         elif rundir.metrics_path(self.out).exists() or (self.out / rundir.EVAL).exists():
             # killed before its first checkpoint: a fresh start, whose rows must not follow the old ones
             print(f"starting {self.out} over: it holds no checkpoint, so its logs are replaced", file=sys.stderr)
@@ -464,7 +467,6 @@ def _resumed_config(args) -> PosttrainConfig:
 
 def run(argv=None) -> dict:
     args = parse_args(argv)
-    from pretrain.checkpoint import latest_checkpoint
     out = Path(args.out)
     if args.resume:
         cfg = _resumed_config(args)
@@ -475,8 +477,6 @@ def run(argv=None) -> dict:
         scale = resolve_scale(args.scale, log=lambda m: print(m, file=sys.stderr))
         cfg = make_config(args.method or "", scale, **parse_overrides(args.set),
                           **({"device": args.device} if args.device else {}))
-        if latest_checkpoint(out) is not None:
-            raise UsageError(f"{args.out} already holds checkpoints; pass --resume or choose another --out")
         prepare_output(out, exists_ok=True, what="run folder")
     trainer = Trainer(cfg, Path(args.student), Path(args.teacher) if args.teacher else None, Path(args.out),
                       Path(args.data) if args.data else None, args.resume)

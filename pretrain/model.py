@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -83,14 +84,18 @@ def train_flops_per_token(cfg: PretrainConfig, n_params: int, context: int | Non
     return 6.0 * n_params + 6.0 * cfg.num_layers * cfg.hidden_size * t
 
 
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX, as oneDNN reports it).
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bf16 natively: the AVX512-BF16 or AMX-BF16 instructions (Linux's
+    CPU flags) and a oneDNN build that uses them.  oneDNN alone also says yes on AVX-512 CPUs that
+    only emulate bf16, where it is no faster; elsewhere than Linux the answer is no (fp32).
 
-    Where it does, a bf16 matmul runs several times faster than fp32 (one core of this project's
-    AMD EPYC machines: ~380 against ~56 GFLOP/s), so CPU runs can autocast as CUDA runs do."""
+    Where it is native, a bf16 matmul runs several times faster than fp32 (one core of this
+    project's AMD EPYC machines: ~380 against ~56 GFLOP/s), so CPU runs can autocast as CUDA runs do."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):      # a build without oneDNN, or an older torch
+        flags = {f for line in Path(cpuinfo).read_text().splitlines() if line.startswith("flags")
+                 for f in line.split(":", 1)[1].split()}
+        return bool({"avx512_bf16", "amx_bf16"} & flags) and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (OSError, AttributeError, RuntimeError):     # no /proc, a build without oneDNN, an older torch
         return False
 
 

@@ -215,8 +215,11 @@ class Rates:
     def episode_s(self) -> float:
         return sum(s for s, _ in self.episodes) / sum(n for _, n in self.episodes)
 
+    def pretrain_tok_s(self) -> float:
+        return self._mean(self.tok_s)
+
     def pretrain_s(self, tokens: int) -> float:
-        return tokens / self._mean(self.tok_s)
+        return tokens / self.pretrain_tok_s()
 
     @staticmethod
     def steps_done(run: Path) -> int:
@@ -399,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- {line}")
         if p.rates:
             print(f"- measured (last column): {p.rates.step_s('opd', 'mid'):.0f} s per OPD step at mid, "
-                  f"{p.rates.episode_s():.2f} s per evaluation episode, {p.rates._mean(p.rates.tok_s):.0f} "
+                  f"{p.rates.episode_s():.2f} s per evaluation episode, {p.rates.pretrain_tok_s():.0f} "
                   f"pre-training tokens/s, as the runs of every seed in {a.root} logged them (one process per core)")
         keys = (*COLUMNS, "total_gpu_h") + (("measured_core_h",) if p.rates else ())
         print(f"\n| table/figure | artifacts ({'to build' if a.remaining else 'new'}) | pre-train GPU-h | post-train GPU-h "

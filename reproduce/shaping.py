@@ -140,25 +140,25 @@ def region_map(store: Store) -> Report:
     return report
 
 
-def signal_steps(run: Path) -> tuple[int, int]:
-    """(GRPO steps with a learning signal, steps): a step has one when some group's rewards differ,
-    i.e. not every agent token was skipped (`skipped_tokens`); steps logged before that field count
-    when anything succeeded (an upper bound)."""
+def signal_steps(run: Path) -> tuple[int, int, bool]:
+    """(GRPO steps with a learning signal, steps, whether any training episode succeeded): a step has
+    one when not every agent token was skipped (`skipped_tokens`: all of its micro-batches' advantages
+    were 0); steps logged before that field count when anything succeeded (an upper bound)."""
     rows = [r for r in metrics(run) if not r.get("eval") and "loss" in r]
     has = [r["skipped_tokens"] < r["agent_tokens"] if "skipped_tokens" in r else r.get("success", 0) > 0 for r in rows]
-    return sum(has), len(rows)
+    return sum(has), len(rows), any(r.get("success", 0) > 0 for r in rows)
 
 
 def grpo_signal_note(store: Store, cells: list[tuple[str, str]]) -> str:
-    """Which GRPO runs could learn at all: where no group's samples differ in reward, every advantage
-    is 0, the weights do not move, and "GRPO does not help" holds by construction."""
+    """Which GRPO runs could learn at all: where every advantage is 0 (no group's rewards differ, and
+    no KL or entropy term), the weights do not move and "GRPO does not help" holds by construction."""
     counts = {(q, d): signal_steps(store.home / "posttrain" / f"fig7-grpo-{q}-{d}") for q, d in cells}
-    still = [f"{q}/{d}" for (q, d), (n, _) in counts.items() if n == 0]
+    still = {f"{q}/{d}": won for (q, d), (n, _, won) in counts.items() if n == 0}
+    why = "no training episode succeeded" if not any(still.values()) else "no group's rewards differed"
     return ("GRPO steps with a learning signal (some group's rewards differ), per cell: "
-            + ", ".join(f"{q}/{d} {n} of {total}" for (q, d), (n, total) in counts.items())
-            + (f". In {', '.join(still)} no step had one: GRPO's weights never moved there, so its Δ is 0 by "
-               "construction (the students never succeed at that horizon), not a measured failure to help."
-               if still else "."))
+            + ", ".join(f"{q}/{d} {n} of {total}" for (q, d), (n, total, _) in counts.items())
+            + (f". In {', '.join(still)} no step had one ({why}): GRPO's weights never moved there, so its Δ "
+               "is 0 by construction, not a measured failure to help." if still else "."))
 
 
 def region_contrasts(outcomes: dict, befores: dict) -> dict[str, dict]:

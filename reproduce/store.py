@@ -163,9 +163,14 @@ class Store:
         """One precision for every pre-training of this home (a seed): the scale's ``cpu_bf16``, unless
         a pre-training here already ran without it. A paired comparison within a seed (Fig. 3's two
         CoT formats, Fig. 6's data qualities) then never compares models trained at two precisions."""
+        from planning_gym.cli import read_jsonl
         from pretrain.config import make_config
-        records = [rundir.read_train_config(r.parent) for r in (self.home / "pretrain").glob(f"*/{rundir.TRAIN_CONFIG}")]
-        return make_config(self.scale).cpu_bf16 and all(r.get("config", {}).get("cpu_bf16") for r in records)
+
+        def ran_bf16(run: Path) -> bool:      # asked for it, and no logged step ran without it (a CPU that can't)
+            asked = (rundir.read_train_config(run) or {}).get("config", {}).get("cpu_bf16")
+            return bool(asked) and all(r.get("bf16", True) for r in read_jsonl(rundir.metrics_path(run)) if "loss" in r)
+        runs = [r.parent for r in (self.home / "pretrain").glob(f"*/{rundir.TRAIN_CONFIG}")]
+        return make_config(self.scale).cpu_bf16 and all(map(ran_bf16, runs))
 
     def _forget(self, run: Path) -> bool:
         """Delete a post-training artifact carried without its weights, so that it is built again."""

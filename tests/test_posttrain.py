@@ -445,10 +445,14 @@ def test_a_run_cut_off_before_its_first_checkpoint_starts_over_without_its_old_r
     from pretrain import rundir
     root, run = student
     out = root / "cut_off"
-    (out / rundir.EVAL).mkdir(parents=True)
+    (out / rundir.EVAL / "step_000000").mkdir(parents=True)
     rundir.metrics_path(out).write_text(json.dumps({"step": 1, "stale": True}) + "\n")
     cfg = make_config("grpo", "tiny", steps=1, tasks_per_step=2, group_size=2, step_limit=2, max_turn_tokens=12,
                       eval_tasks_per_cell=1, eval_k=1, eval_every=0)
     Trainer(cfg, run, None, out, None, False).fit()
     rows = metrics(out)
     assert [r["step"] for r in rows if not r.get("eval")] == [1] and not any(r.get("stale") for r in rows)
+    assert not (out / rundir.EVAL / "step_000000").exists()
+    from planning_gym.cli import UsageError
+    with pytest.raises(UsageError, match="already holds checkpoints"):     # a finished run is never started over
+        Trainer(cfg, run, None, out, None, False)

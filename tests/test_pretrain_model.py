@@ -115,3 +115,13 @@ def test_hf_folder_round_trip(tmp_path):
         assert torch.equal(model(input_ids=x).logits, loaded(input_ids=x).logits)
     other = build_model(cfg, 300, seed=4)
     assert not torch.equal(other.model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+def test_cpu_has_bf16_needs_the_native_instructions(tmp_path):
+    """oneDNN says yes on any AVX-512 CPU, where bf16 is emulated and no faster: the CPU's flags decide."""
+    from pretrain.model import cpu_has_bf16
+    emulated, native = tmp_path / "emulated", tmp_path / "native"
+    emulated.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n")
+    native.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16\n")
+    assert not cpu_has_bf16(str(emulated)) and not cpu_has_bf16(str(tmp_path / "missing"))
+    assert cpu_has_bf16(str(native)) == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

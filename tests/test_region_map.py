@@ -202,7 +202,7 @@ def test_the_fig7_note_says_where_grpo_had_no_signal_to_learn_from(tmp_path):
         run.mkdir(parents=True)
         rows = [{"step": i + 1, "loss": 0.0, **r} for i, r in enumerate(rows)] + [{"step": len(rows), "eval": True}]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert [signal_steps(store.home / "posttrain" / n) for n in logs] == [(1, 2), (0, 1), (1, 2)]
+    assert [signal_steps(store.home / "posttrain" / n) for n in logs] == [(1, 2, False), (0, 1, False), (1, 2, True)]
     note = grpo_signal_note(store, [("4opt", "short"), ("4opt", "mid"), ("4opt", "long")])
     assert "4opt/short 1 of 2, 4opt/mid 1 of 2, 4opt/long 0 of 1" in note
-    assert "In 4opt/long no step had one" in note and "by construction" in note
+    assert "In 4opt/long no step had one (no training episode succeeded)" in note and "by construction" in note

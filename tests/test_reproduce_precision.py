@@ -17,6 +17,11 @@ def test_every_pretraining_of_a_home_runs_at_one_precision(tmp_path):
         (store.home / "pretrain" / name / "train_config.json").write_text(json.dumps({"config": config}))
         assert store.pretrain_cpu_bf16() == bool(flag)                # b predates the setting: fp32
     assert not Store("tiny", tmp_path / "runs", tmp_path / "data", seed=1).pretrain_cpu_bf16()   # tiny: fp32
+    other = Store("small", tmp_path / "runs", tmp_path / "data", seed=2)     # asked for bf16 on a CPU without it
+    (other.home / "pretrain" / "c").mkdir(parents=True)
+    (other.home / "pretrain" / "c" / "train_config.json").write_text(json.dumps({"config": {"cpu_bf16": True}}))
+    (other.home / "pretrain" / "c" / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "bf16": False}))
+    assert not other.pretrain_cpu_bf16()
 
 
 def test_a_run_built_on_another_device_or_precision_is_the_same_artifact(tmp_path):
