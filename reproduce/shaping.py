@@ -29,7 +29,7 @@ from analysis.run_logs import cell, metrics
 from analysis.teacher_scoring import posttrain_tasks, score_rollouts
 from planning_gym.constants import PHYSICS_OPD_TOPK
 from reproduce.paper_numbers import fmt, paper
-from reproduce.pretraining import add_baselines
+from reproduce.pretraining import add_baselines, plus_minus
 from reproduce.store import Store
 
 DIFFS = ("short", "mid", "long")
@@ -89,6 +89,9 @@ def region_map(store: Store) -> Report:
                ["quality/horizon", "avg@8 before", "GRPO Δavg", "± SE", "OPD Δavg", "± SE", "paper GRPO Δavg",
                 "paper OPD Δavg",
                 "pass@8 before", "GRPO Δpass", "OPD Δpass", "paper GRPO Δpass", "paper OPD Δpass"], rows)
+    teacher_eval = store.evaluation(teacher)          # what OPD distils toward; the paper's teachers score 100
+    summaries["teacher (4 Opt)"] = teacher_eval
+    add_opd_fit(report, store, cells, teacher_eval)
     if store.claims_only:     # one cell: no region map, no curves; its three claims are pooled over seeds
         add_baselines(report, summaries)
         report.results["contrasts"] = region_contrasts(outcomes, befores)
@@ -159,6 +162,41 @@ def grpo_signal_note(store: Store, cells: list[tuple[str, str]]) -> str:
             + ", ".join(f"{q}/{d} {n} of {total}" for (q, d), (n, total, _) in counts.items())
             + (f". In {', '.join(still)} no step had one ({why}): GRPO's weights never moved there, so its Δ "
                "is 0 by construction, not a measured failure to help." if still else "."))
+
+
+def opd_fit(run: Path, window: int = 8) -> dict[str, float]:
+    """A distillation run's objective and training success, mean of its first and of its last
+    ``window`` steps: OPD's loss is the student's reverse KL to the teacher on its own rollouts."""
+    rows = [r for r in metrics(run) if not r.get("eval") and "loss" in r]
+    mean = lambda part, key: (sum(r.get(key) or 0.0 for r in part) / len(part)) if part else float("nan")
+    first, last = rows[:window], rows[-window:]
+    return {"kl first": mean(first, "loss"), "kl last": mean(last, "loss"),
+            "success first": 100 * mean(first, "success"), "success last": 100 * mean(last, "success")}
+
+
+def add_opd_fit(report: Report, store: Store, cells: list[dict], teacher_eval: dict) -> None:
+    """Did OPD fit its objective, and how much could it transfer? Per cell, the reverse KL at the
+    start and end of training beside the teacher's test score on that horizon (OPD's ceiling). A cell
+    where the KL fell but the test Δ did not rise beyond two standard errors is one where matching the
+    teacher token by token on the student's own trajectories did not carry its success within the budget."""
+    rows, flat = [], []
+    for e in cells:
+        q, d = e["quality"], e["horizon"]
+        fit = opd_fit(store.home / "posttrain" / f"fig7-opd-{q}-{d}")
+        ceiling = cell(teacher_eval, "ID", d)
+        rows.append([f"{q}/{d}", fit["kl first"], fit["kl last"], fit["success first"], fit["success last"],
+                     e["baseline"], ceiling, plus_minus(e["opd avg"], e["opd se"])])
+        if fit["kl last"] < 0.75 * fit["kl first"] and not e["opd avg"] > 2 * e["opd se"]:
+            flat.append(f"{q}/{d} (teacher {ceiling:.1f}, student {e['baseline']:.1f})")
+    report.add("OPD's fit: reverse KL to the teacher on the student's own rollouts and training success (%), mean "
+               "of the first and of the last 8 steps; the student's and the teacher's test ID avg@8 on that horizon "
+               "(the teacher is what OPD can transfer; the paper's teachers score 100), and OPD's Δavg@8 ± SE",
+               ["quality/horizon", "KL first", "KL last", "train success first", "train success last",
+                "student avg@8", "teacher avg@8", "OPD Δavg@8"], rows)
+    if flat:
+        report.notes.append("OPD cut its KL by a quarter or more, yet the test score did not rise beyond two standard "
+                            f"errors, in {', '.join(flat)}: the student came closer to the teacher token by token on "
+                            "its own trajectories without taking on its success in this budget.")
 
 
 def region_contrasts(outcomes: dict, befores: dict) -> dict[str, dict]:

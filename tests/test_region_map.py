@@ -206,3 +206,33 @@ def test_the_fig7_note_says_where_grpo_had_no_signal_to_learn_from(tmp_path):
     note = grpo_signal_note(store, [("4opt", "short"), ("4opt", "mid"), ("4opt", "long")])
     assert "4opt/short 1 of 2, 4opt/mid 1 of 2, 4opt/long 0 of 1" in note
     assert "In 4opt/long no step had one (no training episode succeeded)" in note and "by construction" in note
+
+
+def test_the_fig7_fit_table_puts_opd_s_kl_beside_the_teacher_it_distils(tmp_path):
+    """OPD's objective is the reverse KL; a cell where it fell but the test score did not rise beyond
+    two SE is named, beside the teacher's score there. A cell whose Δ is clear is not."""
+    import json
+
+    from analysis.report import Report
+    from reproduce.shaping import add_opd_fit, opd_fit
+    from reproduce.store import Store
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data")
+    kls = {"fig7-opd-4opt-short": [0.4] * 8 + [0.2] * 8, "fig7-opd-4opt-mid": [0.4] * 8 + [0.1] * 8}
+    for name, losses in kls.items():
+        run = store.home / "posttrain" / name
+        run.mkdir(parents=True)
+        rows = [{"step": i + 1, "loss": kl, "success": 0.5 if i >= 8 else 0.0} for i, kl in enumerate(losses)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [{"step": 16, "eval": True}]))
+    assert opd_fit(store.home / "posttrain" / "fig7-opd-4opt-mid") == pytest.approx({
+        "kl first": 0.4, "kl last": 0.1, "success first": 0.0, "success last": 50.0})
+    teacher = {"table": [{"split": "ID", "difficulty": d, "domain": "fa", "tasks": 4, "avg@8": v}
+                         for d, v in (("short", 60.0), ("mid", 13.0))]}
+    cells = [{"quality": "4opt", "horizon": "short", "baseline": 15.0, "opd avg": 18.8, "opd se": 7.3},
+             {"quality": "4opt", "horizon": "mid", "baseline": 0.8, "opd avg": 0.8, "opd se": 0.8}]
+    report = Report("t")
+    add_opd_fit(report, store, cells, teacher)
+    (table,) = report.tables
+    assert [r[0] for r in table.rows] == ["4opt/short", "4opt/mid"]
+    assert [x for r in table.rows for x in r[1:3] + r[5:7]] == pytest.approx([0.4, 0.2, 15.0, 60.0, 0.4, 0.1, 0.8, 13.0])
+    (note,) = report.notes
+    assert "4opt/mid (teacher 13.0, student 0.8)" in note and "4opt/short" not in note
