@@ -44,13 +44,12 @@ def carry_dir(results: Path, home: Path) -> Path:
 
 
 def finished_artifacts(home: Path) -> list[Path]:
-    """Every finished artifact under ``home``: run folders with a summary, MOPD cascades with
-    ``mopd.json``, evaluation folders whose ``summary.json`` and samples agree (an evaluation that
-    is still writing its samples is not finished)."""
+    """Every finished artifact under ``home``: run folders with a summary, evaluation folders whose
+    ``summary.json`` and samples agree (an evaluation that is still writing its samples is not finished)."""
     found = []
     for group in ("pretrain", "posttrain"):
         for run in sorted((home / group).glob("*")):
-            if run.is_dir() and (rundir.is_finished(run) or (run / "mopd.json").is_file()):
+            if run.is_dir() and rundir.is_finished(run):
                 found.append(run)
     found += [e for e in sorted((home / "eval").glob("*")) if _complete_evaluation(e)]
     return found

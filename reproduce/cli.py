@@ -72,8 +72,7 @@ def budgets_line(runs) -> str:
     (method, lr, steps, tasks x samples): methods may train at different budgets (planning_gym.scales)."""
     from pretrain import rundir
     seen = {}
-    folders = [f for run in map(Path, runs) for f in (run, *sorted(run.glob("stage_*")))]  # MOPD: its stages
-    for run in folders:
+    for run in dict.fromkeys(map(Path, runs)):      # a run several regimes share counts once
         record = rundir.read_train_config(run) if run.is_dir() else None
         cfg = (record or {}).get("config", {})
         if "method" in cfg and "lr" in cfg:
@@ -91,8 +90,7 @@ def precision_line(runs) -> str:
     ``bf16``; steps logged before the setting existed ran fp32 on this project's CPUs), per kind."""
     from planning_gym.cli import read_jsonl
     counts = {}
-    folders = [f for run in map(Path, runs) for f in (run, *sorted(run.glob("stage_*")))]  # MOPD: its stages
-    for run in dict.fromkeys(f.parent.parent if f.parent.name == "checkpoints" else f for f in folders):
+    for run in dict.fromkeys(f.parent.parent if f.parent.name == "checkpoints" else f for f in map(Path, runs)):
         kind = "pre-training" if run.parent.name == "pretrain" else "post-training"
         rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r and not r.get("eval")]
         mixed = counts.setdefault(kind, {"bf16": 0, "steps": 0, "runs": []})

@@ -80,12 +80,9 @@ class Plan:
         if kind == "pretrain":
             done = rundir.is_finished(home / "pretrain" / key)
         elif kind == "posttrain":
-            if "/" in key:                                   # one stage of an MOPD cascade: built with it
-                done = (home / "posttrain" / key.split("/")[0] / "mopd.json").is_file()
-            else:
-                run = home / "posttrain" / key     # settings only: the plan does not know the runs' paths
-                done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
-                                                                {"config": dataclasses.asdict(cfg)}, _defaults(cfg))
+            run = home / "posttrain" / key     # settings only: the plan does not know the runs' paths
+            done = rundir.is_finished(run) and not _changes(run / rundir.TRAIN_CONFIG,
+                                                            {"config": dataclasses.asdict(cfg)}, _defaults(cfg))
         else:
             model = model_path(self.store, key)
             if not model.exists():
@@ -103,7 +100,7 @@ class Plan:
 
         from reproduce.store import _changes, _defaults
         run = self.store.home / "posttrain" / name
-        if "/" in name or _changes(run / "train_config.json", {"config": dataclasses.asdict(cfg)}, _defaults(cfg)):
+        if _changes(run / "train_config.json", {"config": dataclasses.asdict(cfg)}, _defaults(cfg)):
             return 0
         return Rates.steps_done(run)
 
@@ -149,10 +146,12 @@ class Plan:
             if self.rates:
                 row["measured_s"] += self.rates.episode_s() * self._eval_episodes(domains)
 
-    def posttrained(self, name: str, method: str, domains: int = 1, student: str | None = None,
+    def posttrained(self, name: str, method: str, eval_domains: int = 1, student: str | None = None,
                     teacher: str | None = None, **overrides) -> str:
-        """``student`` / ``teacher``: model keys (as for `evaluation`); with them the run is one of the
-        table's needs, built by `reproduce.workers` as the table would ask for it."""
+        """``student`` / ``teacher``: model keys (as for `evaluation`; a stage of an MOPD cascade has
+        the stage before it, ``posttrain:<name>``); with them the run is one of the table's needs,
+        built by `reproduce.workers` as the table would ask for it. ``eval_domains``: how many
+        domains its evaluations cover."""
         cfg = self.store.posttrain_config(method, **overrides)
         if student is not None:
             self.requests[name] = dict(method=method, student=student, teacher=teacher, overrides=overrides)
@@ -166,12 +165,12 @@ class Plan:
             row["post_rollout_flops"] += 2.0 * self.n * tokens
             row["post_update_flops"] += (6.0 * cfg.ppo_epochs + scoring) * self.n * tokens
             row["eval_flops"] += cfg.evaluations * 2.0 * self.n * self.episode_tokens * self._eval_episodes(
-                domains, splits, bins, cfg.eval_tasks_per_cell)
+                eval_domains, splits, bins, cfg.eval_tasks_per_cell)
             if self.rates:
                 done = self._steps_done(name, cfg)
                 row["running"] += bool(done)
                 row["measured_s"] += self.rates.step_s(method, cfg.difficulties) * (cfg.steps - done) + \
-                    self.rates.episode_s() * cfg.evaluations * self._eval_episodes(domains, splits, bins,
+                    self.rates.episode_s() * cfg.evaluations * self._eval_episodes(eval_domains, splits, bins,
                                                                                     cfg.eval_tasks_per_cell)
         return name
 
@@ -229,14 +228,23 @@ class Rates:
         return int(ckpt.name.rpartition("_")[2]) if ckpt else 0
 
 
+POSTTRAINED = "posttrain:"      # the model key of a post-training run (an MOPD stage's student)
+
+
 def run_key(model: str) -> str:
-    """The pre-training run of a model key: ``<run>``, ``<run>@student`` or ``<run>@<step>``."""
+    """The run of a model key: ``<run>``, ``<run>@student`` or ``<run>@<step>`` (pre-training), or
+    ``posttrain:<name>``."""
+    if model.startswith(POSTTRAINED):
+        return model
     run, _, at = model.rpartition("@")
     return run if at == "student" or at.isdigit() else model
 
 
 def model_path(store, key: str) -> Path:
-    """The folder of a model key: a pre-training run, or its checkpoint for ``<run>@student`` / ``<run>@<step>``."""
+    """The folder of a model key: a pre-training run, its checkpoint for ``<run>@student`` /
+    ``<run>@<step>``, or a post-training run for ``posttrain:<name>``."""
+    if key.startswith(POSTTRAINED):
+        return store.home / "posttrain" / key[len(POSTTRAINED):]
     run = store.home / "pretrain" / run_key(key)
     at = key[len(run_key(key)) + 1:]
     if not at:
@@ -289,14 +297,17 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                 p.evaluation(model, corpus)
         elif t in ("mopd", "fig22"):
             n = len(merge.CASCADE)
+            student = p.pretrained(domains=merge.CASCADE, patterns=merge.STUDENT_PATTERNS)
+            p.evaluation(student, domains=n)
             for regime in (REGIMES if t == "mopd" else ("shared_compatible",)):
-                student = p.pretrained(domains=merge.CASCADE, patterns=merge.STUDENT_PATTERNS)
-                p.evaluation(student, domains=n)
-                for d in merge.CASCADE:
+                previous = student
+                for i, d in enumerate(merge.CASCADE, start=1):     # one OPD run per stage, shared by regimes
                     teacher = p.pretrained(family=merge.CASCADE, domains=(d,), patterns=REGIMES[regime][d])
-                    p.evaluation(teacher, student, domains=n)
                     p.evaluation(teacher)
-                    p.posttrained(f"mopd-{regime}/{d}", "opd", domains=n, eval_every=0)   # one stage
+                    name = merge.stage_name([(c, REGIMES[regime][c]) for c in merge.CASCADE[:i]])
+                    p.posttrained(name, "opd", eval_domains=n, student=previous, teacher=teacher, domains=d,
+                                  eval_every=0, eval_splits=",".join(merge.SPLITS))
+                    previous = POSTTRAINED + name
         elif t in ("turnopd", "turnopd-ablation"):
             base = p.pretrained()
             student = f"{base}@student"

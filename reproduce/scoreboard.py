@@ -49,10 +49,18 @@ CLAIMS += (
      "turnopd-ablation", "both - adaptive depth only, ID", "+3.5"),
     ("… and the turn-blended loss alone (TurnOPD ablation, ID avg@8; paper: ALFWorld acc)", "turnopd-ablation",
      "both - linear blend only, ID", "+1.2"),
+    ("MOPD converges to the template all teachers share (Tables 6-7, Type I, T1 share after − before, points)",
+     "mopd", "Type I: T1 share after - before, all domains", "T1 → 100 % in every domain"),
+    ("… also when which template is shared is drawn at random (the review's control)", "mopd",
+     "random shared template: its share after - before, all domains", "– (not in the paper)"),
+    ("… and keeps it on earlier domains only if the last teacher has it (T1 share, Type I − T1 withheld; the "
+     "review's control)", "mopd", "T1 share on earlier domains after the cascade, Type I - withheld",
+     "– (not in the paper)"),
+    ("conflicting teachers interfere (Tables 6-7, earlier domains' ID avg@8 change over the cascade, Type III − "
+     "Type I)", "mopd", "earlier domains' change over the cascade, Type III - Type I", "severe interference"),
 )
 # claims whose tables do not record paired comparisons (a qualitative pattern, a time to a target)
 PENDING = (
-    ("MOPD keeps a shared pattern only when every teacher has it (Tables 6-7)", "mopd", "qualitative"),
     ("TurnOPD reaches OPD's accuracy sooner (TurnOPD main table, speed-up)", "turnopd", "up to 2.29×"),
 )
 

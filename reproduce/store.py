@@ -254,51 +254,6 @@ class Store:
             Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()
             return run
 
-    def mopd(self, name: str, student: Path, teachers: list[tuple[str, Path]], **overrides) -> Path:
-        """A cascaded MOPD run ``posttrain/<name>`` with one OPD stage per (domain, teacher)."""
-        from posttrain.mopd import run as mopd_run
-        run = self.home / "posttrain" / name
-        self._origins[run] = lambda: self._forget(run) and self.mopd(name, student, teachers, **overrides)
-        with self._exclusive(run):
-            stage_overrides = {"eval_every": 0, **overrides}
-            changed = self._changed_stages(run, student, teachers, **stage_overrides)
-            if changed:      # a cascade (finished or cut off) of other settings: not this one
-                self.log(f"[reproduce] {run} was built with {changed}; rebuilding it")
-                shutil.rmtree(run)
-            elif (run / "mopd.json").is_file():
-                return run
-            values = {**self._posttrain_budget("opd"), **stage_overrides}     # MOPD's stages are OPD
-            if _without_weights(run):       # a carried stage without weights cannot be continued
-                shutil.rmtree(run)
-            self.weights(student)
-            for _, teacher in teachers:
-                self.weights(teacher)
-            resume = run.is_dir()     # a cut-off cascade keeps its finished stages and continues the cut one
-            argv = ["--student", str(student), "--out", str(run), "--scale", self.scale] + (["--resume"] if resume else [])
-            argv += [a for d, t in teachers for a in ("--teacher", f"{d}={t}")]
-            argv += [a for k, v in values.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-            self.log(f"[reproduce] mopd {run}{' (resuming)' if resume else ''}")
-            mopd_run(argv)
-        return run
-
-    def _changed_stages(self, run: Path, student: Path, teachers: list[tuple[str, Path]], **overrides) -> str:
-        """What differs between the stages a cascade (finished or cut off) has started and the ones it
-        would start now (settings, teacher, student, cascade order); '' when nothing has started."""
-        expected = [f"stage_{i}_{d}" for i, (d, _) in enumerate(teachers, start=1)]
-        present = sorted(p.name for p in Path(run).glob("stage_*"))
-        if set(present) - set(expected):
-            return f"stages {', '.join(present)} (now {', '.join(expected)})"
-        previous = Path(student)
-        for name, (domain, teacher) in zip(expected, teachers):
-            cfg = self.posttrain_config("opd", **overrides, domains=domain)
-            wanted = {"config": dataclasses.asdict(cfg), "student": str(previous), "teacher": str(teacher)}
-            changed = _changes(Path(run) / name / rundir.TRAIN_CONFIG, wanted,
-                               _defaults(cfg))
-            if changed:
-                return f"{name}: {changed}"
-            previous = Path(run) / name
-        return ""
-
     # ----- evaluation ------------------------------------------------------------------------------
     def evaluation(self, model: Path, corpus: Path | None = None, splits: tuple[str, ...] = ("ID", "OOD"),
                    difficulties: tuple[str, ...] | None = None) -> dict:
@@ -389,14 +344,12 @@ class Store:
 
 
 def _without_weights(model: Path) -> bool:
-    """Was ``model`` (a checkpoint, a run finished or cut off, an MOPD cascade or stage) restored from
+    """Was ``model`` (a checkpoint, a run finished or cut off) restored from
     a carry (reproduce.carry) without its weights? A run is judged by its final (or newest) checkpoint."""
     from pretrain.checkpoint import final_checkpoint, latest_checkpoint
     model = Path(model)
     if (model / "trainer_state.json").is_file():                  # a checkpoint
         return not has_weights(model)
-    if any(_without_weights(stage) for stage in sorted(model.glob("stage_*"))):   # an MOPD cascade
-        return True
     ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
     return ckpt is not None and not has_weights(ckpt)
 

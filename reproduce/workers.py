@@ -11,10 +11,10 @@ from three students. A 2-core machine or a 2-GPU node can build them two at a ti
 what a table needs comes from `reproduce.estimate.plan`, which mirrors the table modules. Worker
 ``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
-its base, an evaluation its run, a post-training its student and teacher), and skips one whose lock
-another worker holds, coming back to it. MOPD's cascades and anything the plan cannot name exactly
-(Fig. 3's equal-trajectory arm) are left to the table, which then finds the rest built. ``--only``
-builds a part of a table (say, what fits in one working session) and writes no table.
+its base, an evaluation its run, a post-training its student and teacher, an MOPD stage the stage
+before it), and skips one whose lock another worker holds, coming back to it. Anything the plan
+cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
+built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
 """
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def needs(table: str, store: Store) -> tuple[list[tuple[str, str]], dict]:
 
 
 def inputs(store: Store, unit: tuple[str, str], requests: dict) -> list[str]:
-    """The pre-training runs a unit needs first: a family member's base (its tokenizer), an
-    evaluation's run, a post-training run's student and teacher."""
+    """The runs a unit needs first (run keys: a pre-training run, or ``posttrain:<name>``): a family
+    member's base (its tokenizer), an evaluation's run, a post-training run's student and teacher
+    (an MOPD stage's student is the stage before it)."""
     from reproduce.estimate import run_key
     kind, key = unit
     if kind == "eval":
@@ -52,8 +53,15 @@ def inputs(store: Store, unit: tuple[str, str], requests: dict) -> list[str]:
     return [] if key == base else [base]
 
 
+def unit_of(run: str) -> tuple[str, str]:
+    """The unit that builds the run of a run key."""
+    from reproduce.estimate import POSTTRAINED
+    return ("posttrain", run[len(POSTTRAINED):]) if run.startswith(POSTTRAINED) else ("pretrain", run)
+
+
 def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
-    return all(rundir.is_finished(store.home / "pretrain" / run) for run in inputs(store, unit, requests))
+    return all(rundir.is_finished(store.home / kind / name)
+               for kind, name in map(unit_of, inputs(store, unit, requests)))
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
@@ -76,10 +84,10 @@ def chosen(store: Store, units: list[tuple[str, str]], requests: dict, only: str
     picked = {u for u in units if not globs or any(fnmatch.fnmatchcase(u[1], g) for g in globs)}
     frontier = list(picked)
     while frontier:
-        for run in inputs(store, frontier.pop(), requests):
-            if ("pretrain", run) in units and ("pretrain", run) not in picked:
-                picked.add(("pretrain", run))
-                frontier.append(("pretrain", run))
+        for needed in map(unit_of, inputs(store, frontier.pop(), requests)):
+            if needed in units and needed not in picked:
+                picked.add(needed)
+                frontier.append(needed)
     return [u for u in units if u in picked]
 
 

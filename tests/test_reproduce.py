@@ -346,8 +346,7 @@ def test_a_posttrain_run_is_reused_only_under_the_settings_it_was_built_with(tmp
     assert resumed[-2:] == [False, False] and "rebuilding it" in logs[-2]
 
 
-def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, monkeypatch):
-    import posttrain.mopd
+def test_each_method_trains_at_its_own_budget(tmp_path, monkeypatch):
     from reproduce import store as store_module
     small = store_module.BUDGETS["small"]
     assert small["posttrain_per_method"]["opd"] == small["posttrain_per_method"]["turnopd"] \
@@ -360,51 +359,16 @@ def test_each_method_trains_at_its_own_budget_and_mopd_stages_at_opds(tmp_path, 
     assert (store.posttrain_config("opd").lr, store.posttrain_config("opd").steps) == (7e-4, 9)
     assert (store.posttrain_config("grpo").lr, store.posttrain_config("grpo").steps) == (1e-4, 6)
     assert store.posttrain_config("opd", lr=2e-4).lr == 2e-4                # a table's override still wins
-    seen = []
-    monkeypatch.setattr(posttrain.mopd, "run", lambda argv: seen.extend(argv))
-    store.mopd("m", tmp_path / "s", [("fa", tmp_path / "t")])
-    assert "lr=0.0007" in seen and "steps=9" in seen
 
 
-def test_a_cut_off_mopd_cascade_resumes_under_the_same_settings_and_restarts_under_others(tmp_path, monkeypatch):
-    """At small an MOPD stage trains for hours, so a cascade cut off by the end of a session must
-    keep its finished stages (``--resume``), unless it was started under other settings."""
-    import dataclasses
-
-    import posttrain.mopd
-    calls = []
-    monkeypatch.setattr(posttrain.mopd, "run", lambda argv: calls.append(argv))
-    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
-    student, teachers = tmp_path / "s", [("fa", tmp_path / "tfa"), ("lf", tmp_path / "tlf")]
-    run = store.home / "posttrain" / "m"
-
-    def started(stage: str, domain: str, stage_student: Path, lr=None) -> None:
-        cfg = store.posttrain_config("opd", eval_every=0, domains=domain, **({"lr": lr} if lr else {}))
-        (run / stage).mkdir(parents=True, exist_ok=True)
-        teacher = dict(teachers)[domain]
-        (run / stage / "train_config.json").write_text(json.dumps(
-            {"config": dataclasses.asdict(cfg), "student": str(stage_student), "teacher": str(teacher)}))
-    store.mopd("m", student, teachers)
-    assert "--resume" not in calls[-1]                                        # nothing started yet
-    started("stage_1_fa", "fa", student)
-    started("stage_2_lf", "lf", run / "stage_1_fa")
-    store.mopd("m", student, teachers)
-    assert "--resume" in calls[-1] and (run / "stage_1_fa").is_dir()        # kept, continued
-    started("stage_2_lf", "lf", run / "stage_1_fa", lr=3e-3)                 # a stage of another budget
-    store.mopd("m", student, teachers)
-    assert "--resume" not in calls[-1] and not run.exists()                 # the cascade starts over
-    started("stage_1_lf", "lf", student)                                      # another cascade order
-    store.mopd("m", student, teachers)
-    assert "--resume" not in calls[-1] and not run.exists()
-    started("stage_1_fa", "fa", student)                                      # a finished cascade is reused ...
-    started("stage_2_lf", "lf", run / "stage_1_fa")
-    (run / "mopd.json").write_text("[]")
-    n = len(calls)
-    store.mopd("m", student, teachers)
-    assert len(calls) == n
-    started("stage_2_lf", "lf", run / "stage_1_fa", lr=3e-3)                 # ... only under today's settings
-    store.mopd("m", student, teachers)
-    assert len(calls) == n + 1 and "--resume" not in calls[-1] and not run.exists()
+def test_mopd_stages_are_named_by_the_teachers_distilled_so_far():
+    """A stage is one store run named by its cascade prefix, so regimes that begin alike share it; a
+    template set has one spelling, so no regime pre-trains a teacher another regime already has."""
+    from posttrain.teachers import REGIMES
+    from reproduce.merge import stage_name
+    assert stage_name([("fa", "T2+T1"), ("lf", "T3")]) == stage_name([("fa", "T1+T2"), ("lf", "T3")]) \
+        == "mopd-fa.T1+T2-lf.T3"
+    assert all(p == "+".join(sorted(p.split("+"))) for regime in REGIMES.values() for p in regime.values())
 
 
 def test_sample_information_separates_a_shared_pattern_from_task_specific_actions():

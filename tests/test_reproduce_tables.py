@@ -361,20 +361,55 @@ def check_mopd(store, r, md):
     assert set(REGIMES) <= set(r)
     c = store.posttrain_config("opd")
     assert f"Post-training: OPD lr {c.lr:g} x {c.steps} steps" in md.splitlines()[2]      # read from the stages
-    for regime in REGIMES:
-        a, scores = build(store, regime), r[regime]["scores"]
+    built = {regime: build(store, regime) for regime in REGIMES}
+    for regime, a in built.items():
+        scores, previous = r[regime]["scores"], a["student"]
         for d in CASCADE:
-            def ids(model, corpus=None, d=d):
-                return fake_score(key_of(store, model, corpus), "ID", "all", domains=(d,))
+            def ids(model, d=d):
+                return fake_score(key_of(store, model), "ID", "all", domains=(d,))
             assert scores["Instruct"][f"{d}/ID"] == pytest.approx(ids(a["student"]))
-            assert scores[f"Teacher {d.upper()}"][f"{d}/ID"] == pytest.approx(ids(a["teachers"][d], a["corpus"]))
+            assert scores[f"Teacher {d.upper()}"][f"{d}/ID"] == pytest.approx(ids(a["teachers"][d]))  # own corpus
             assert scores[f"After {d.upper()}"][f"{d}/ID"] == pytest.approx(ids(a["stages"][d]))
             assert r[regime]["teacher_own_corpus_ID"][d] == pytest.approx(ids(a["teachers"][d]))
+            record = json.loads((a["stages"][d] / "train_config.json").read_text())     # stage i distils teacher i
+            assert (record["student"], record["teacher"], record["config"]["domains"]) == (     # into stage i-1
+                str(previous), str(a["teachers"][d]), d)
+            previous = a["stages"][d]
         fa_lost = scores["After EA"]["fa/ID"] - scores["After FA"]["fa/ID"]
         assert r[regime]["forgetting_ID"]["fa"] == pytest.approx(fa_lost)
         shares = r[regime]["patterns"]["lf"]["After EA"]
         assert sum(shares.values()) == pytest.approx(1.0)
-        assert [s["teacher"] for s in json.loads((a["run"] / "mopd.json").read_text())] == list(CASCADE)
+    # regimes whose cascades begin with the same teachers share those stages: each is trained once
+    one, held, two = (built[x]["stages"] for x in ("shared_compatible", "withheld_shared", "shared_conflict"))
+    assert (held["fa"], held["lf"], two["fa"]) == (one["fa"], one["lf"], one["fa"])
+    assert held["ea"] != one["ea"] and two["lf"] != one["lf"]
+    assert len({p for a in built.values() for p in a["stages"].values()}) == 12
+
+    def per_task(model, domains, value):
+        tasks = {}
+        for x in store.samples(model, splits=("ID",)):
+            if x["split"] == "ID" and x["domain"] in domains:
+                tasks.setdefault(x["task"], []).append(value(x))
+        return {t: 100 * float(np.mean(v)) for t, v in tasks.items()}
+
+    def mean_diff(a, b):
+        return float(np.mean([a[t] - b[t] for t in a]))
+    t1 = lambda x: x["pattern"] == "T1"  # noqa: E731
+    won = r["contrasts"]["Type I: T1 share after - before, all domains"]
+    assert won["tasks"] == 3 * 3 and won["delta"] == pytest.approx(mean_diff(
+        per_task(one["ea"], CASCADE, t1), per_task(built["shared_compatible"]["student"], CASCADE, t1)))
+    kept = r["contrasts"]["T1 share on earlier domains after the cascade, Type I - withheld"]
+    assert kept["delta"] == pytest.approx(mean_diff(per_task(one["ea"], ("fa", "lf"), t1),
+                                                    per_task(held["ea"], ("fa", "lf"), t1)))
+    ok = lambda x: x["success"]  # noqa: E731
+
+    def change(stages):          # each earlier task's avg@8 at the end of the cascade minus after its own stage
+        return {t: v - per_task(stages[d], (d,), ok)[t] for d in ("fa", "lf")
+                for t, v in per_task(stages["ea"], (d,), ok).items()}
+    lost = r["contrasts"]["earlier domains' change over the cascade, Type III - Type I"]
+    assert lost["sign"] == -1 and lost["delta"] == pytest.approx(
+        mean_diff(change(built["no_shared_conflict"]["stages"]), change(one)))
+    assert "random shared template: its share after - before, all domains" in r["contrasts"]
 
 
 def check_fig22(store, r, md):
@@ -454,7 +489,7 @@ def test_table_builds_end_to_end(store, table_id):
 
 
 # tables whose claims are paired comparisons (analysis.measures.contrast), and how many each makes
-SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3, "table4": 1, "turnopd-ablation": 3}
+SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3, "table4": 1, "mopd": 4, "turnopd-ablation": 3}
 
 
 def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_path, monkeypatch):  # noqa: F811

@@ -99,7 +99,7 @@ def _record_posttraining(monkeypatch, calls):
     monkeypatch.setattr(Store, "posttrained", posttrained)
 
 
-@pytest.mark.parametrize("table", ["fig7", "fig9-10", "table4", "turnopd"])
+@pytest.mark.parametrize("table", ["fig7", "fig9-10", "table4", "turnopd", "mopd"])
 def test_a_worker_asks_for_a_post_training_run_exactly_as_the_table_does(table, tmp_path, fake_pretrain, monkeypatch):
     """The plan mirrors the table by hand; were its student, teacher or settings off by one detail,
     the table would rebuild every run the workers built (a budget or checkpoint changed)."""
@@ -129,7 +129,8 @@ def test_a_worker_asks_for_a_post_training_run_exactly_as_the_table_does(table, 
     with pytest.raises(_Asked):
         workers.build(store, ("posttrain", name), requests)
     assert worker_calls == table_calls
-    assert sum(kind == "posttrain" for kind, _ in units) == {"fig7": 18, "fig9-10": 2, "table4": 2, "turnopd": 3}[table]
+    assert sum(kind == "posttrain" for kind, _ in units) == {"fig7": 18, "fig9-10": 2, "table4": 2, "turnopd": 3,
+                                                               "mopd": 12}[table]
 
 
 def test_only_picks_units_by_glob_with_the_pre_trainings_they_need(tmp_path):
@@ -142,6 +143,28 @@ def test_only_picks_units_by_glob_with_the_pre_trainings_they_need(tmp_path):
     # the two students' models and the family base that trains the tokenizer; GRPO needs no teacher
     assert [key for kind, key in picked if kind == "pretrain"] == ["fa-tiny", "fa-tiny-4opt4sub", "fa-tiny-4opt8sub"]
     assert workers.chosen(store, units, requests, "nothing") == []
+
+
+def test_an_mopd_stage_waits_for_the_stage_before_it(tmp_path):
+    """A stage's student is the stage before it (``posttrain:<name>``): it is not ready until that run
+    has finished, and picking it picks the stages before it and their teachers."""
+    from pretrain import rundir
+    from reproduce.estimate import model_path
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    units, requests = workers.needs("mopd", store)
+    first, second = ("posttrain", "mopd-fa.T1+T2"), ("posttrain", "mopd-fa.T1+T2-lf.T1+T3")
+    assert requests[second[1]]["student"] == "posttrain:mopd-fa.T1+T2"
+    assert model_path(store, "posttrain:mopd-fa.T1+T2") == store.home / "posttrain" / "mopd-fa.T1+T2"
+    picked = workers.chosen(store, units, requests, second[1])
+    assert first in picked and ("pretrain", "lf-tiny-T1+T3@fa+lf+ea") in picked
+    assert ("posttrain", "mopd-fa.T1+T2-lf.T1+T3-ea.T1+T4") not in picked
+    for run in {r for kind, r in picked if kind == "pretrain"}:             # every pre-training finished
+        (store.home / "pretrain" / run).mkdir(parents=True)
+        (store.home / "pretrain" / run / rundir.SUMMARY).write_text("{}")
+    assert workers.ready(store, first, requests) and not workers.ready(store, second, requests)
+    (store.home / "posttrain" / first[1]).mkdir(parents=True)
+    (store.home / "posttrain" / first[1] / rundir.SUMMARY).write_text("{}")
+    assert workers.ready(store, second, requests)
 
 
 def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
