@@ -170,8 +170,10 @@ def opd_fit(run: Path, window: int = 8) -> dict[str, float]:
     rows = [r for r in metrics(run) if not r.get("eval") and "loss" in r]
     mean = lambda part, key: (sum(r.get(key) or 0.0 for r in part) / len(part)) if part else float("nan")
     first, last = rows[:window], rows[-window:]
+    windows = [rows[i:i + window] for i in range(max(1, len(rows) - window + 1))]
     return {"kl first": mean(first, "loss"), "kl last": mean(last, "loss"),
-            "success first": 100 * mean(first, "success"), "success last": 100 * mean(last, "success")}
+            "success first": 100 * mean(first, "success"), "success last": 100 * mean(last, "success"),
+            "success lowest": 100 * min(mean(w, "success") for w in windows)}   # a collapse on the way
 
 
 def add_opd_fit(report: Report, store: Store, cells: list[dict], teacher_eval: dict) -> None:
@@ -184,15 +186,17 @@ def add_opd_fit(report: Report, store: Store, cells: list[dict], teacher_eval: d
         q, d = e["quality"], e["horizon"]
         fit = opd_fit(store.home / "posttrain" / f"fig7-opd-{q}-{d}")
         ceiling = cell(teacher_eval, "ID", d)
-        rows.append([f"{q}/{d}", fit["kl first"], fit["kl last"], fit["success first"], fit["success last"],
-                     e["baseline"], ceiling, plus_minus(e["opd avg"], e["opd se"])])
+        rows.append([f"{q}/{d}", fit["kl first"], fit["kl last"], fit["success first"], fit["success lowest"],
+                     fit["success last"], e["baseline"], ceiling, plus_minus(e["opd avg"], e["opd se"])])
         if fit["kl last"] < 0.75 * fit["kl first"] and not e["opd avg"] > 2 * e["opd se"]:
-            flat.append(f"{q}/{d} (teacher {ceiling:.1f}, student {e['baseline']:.1f})")
+            flat.append(f"{q}/{d} (teacher {ceiling:.1f}, student {e['baseline']:.1f}"
+                        + (", and it fell beyond two SE" if -e["opd avg"] > 2 * e["opd se"] else "") + ")")
     report.add("OPD's fit: reverse KL to the teacher on the student's own rollouts and training success (%), mean "
-               "of the first and of the last 8 steps; the student's and the teacher's test ID avg@8 on that horizon "
-               "(the teacher is what OPD can transfer; the paper's teachers score 100), and OPD's Δavg@8 ± SE",
-               ["quality/horizon", "KL first", "KL last", "train success first", "train success last",
-                "student avg@8", "teacher avg@8", "OPD Δavg@8"], rows)
+               "of the first and of the last 8 steps (and of the worst 8 in a row); the student's and the teacher's "
+               "test ID avg@8 on that horizon (the teacher is what OPD can transfer; the paper's teachers score "
+               "100), and OPD's Δavg@8 ± SE",
+               ["quality/horizon", "KL first", "KL last", "train success first", "train success lowest",
+                "train success last", "student avg@8", "teacher avg@8", "OPD Δavg@8"], rows)
     if flat:
         report.notes.append("OPD cut its KL by a quarter or more, yet the test score did not rise beyond two standard "
                             f"errors, in {', '.join(flat)}: the student came closer to the teacher token by token on "

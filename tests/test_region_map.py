@@ -217,22 +217,30 @@ def test_the_fig7_fit_table_puts_opd_s_kl_beside_the_teacher_it_distils(tmp_path
     from reproduce.shaping import add_opd_fit, opd_fit
     from reproduce.store import Store
     store = Store("tiny", tmp_path / "runs", tmp_path / "data")
-    kls = {"fig7-opd-4opt-short": [0.4] * 8 + [0.2] * 8, "fig7-opd-4opt-mid": [0.4] * 8 + [0.1] * 8}
+    kls = {"fig7-opd-4opt-short": [0.4] * 8 + [0.2] * 8, "fig7-opd-4opt-mid": [0.4] * 8 + [0.1] * 8,
+           "fig7-opd-4opt-long": [0.4] * 8 + [0.1] * 8}
     for name, losses in kls.items():
         run = store.home / "posttrain" / name
         run.mkdir(parents=True)
         rows = [{"step": i + 1, "loss": kl, "success": 0.5 if i >= 8 else 0.0} for i, kl in enumerate(losses)]
+        if name.endswith("long"):        # a collapse half-way: the worst 8 steps in a row succeed at 0 %
+            rows = [{**r, "success": 0.0 if 4 <= i < 12 else 0.5} for i, r in enumerate(rows)]
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [{"step": 16, "eval": True}]))
     assert opd_fit(store.home / "posttrain" / "fig7-opd-4opt-mid") == pytest.approx({
-        "kl first": 0.4, "kl last": 0.1, "success first": 0.0, "success last": 50.0})
+        "kl first": 0.4, "kl last": 0.1, "success first": 0.0, "success last": 50.0, "success lowest": 0.0})
+    assert opd_fit(store.home / "posttrain" / "fig7-opd-4opt-long") == pytest.approx({
+        "kl first": 0.4, "kl last": 0.1, "success first": 25.0, "success last": 25.0, "success lowest": 0.0})
     teacher = {"table": [{"split": "ID", "difficulty": d, "domain": "fa", "tasks": 4, "avg@8": v}
-                         for d, v in (("short", 60.0), ("mid", 13.0))]}
+                         for d, v in (("short", 60.0), ("mid", 13.0), ("long", 11.0))]}
     cells = [{"quality": "4opt", "horizon": "short", "baseline": 15.0, "opd avg": 18.8, "opd se": 7.3},
-             {"quality": "4opt", "horizon": "mid", "baseline": 0.8, "opd avg": 0.8, "opd se": 0.8}]
+             {"quality": "4opt", "horizon": "mid", "baseline": 0.8, "opd avg": 0.8, "opd se": 0.8},
+             {"quality": "4opt", "horizon": "long", "baseline": 28.1, "opd avg": -21.9, "opd se": 8.5}]
     report = Report("t")
     add_opd_fit(report, store, cells, teacher)
     (table,) = report.tables
-    assert [r[0] for r in table.rows] == ["4opt/short", "4opt/mid"]
-    assert [x for r in table.rows for x in r[1:3] + r[5:7]] == pytest.approx([0.4, 0.2, 15.0, 60.0, 0.4, 0.1, 0.8, 13.0])
+    assert [r[0] for r in table.rows] == ["4opt/short", "4opt/mid", "4opt/long"]
+    assert [x for r in table.rows[:2] for x in r[1:3] + r[6:8]] == pytest.approx(
+        [0.4, 0.2, 15.0, 60.0, 0.4, 0.1, 0.8, 13.0])
     (note,) = report.notes
     assert "4opt/mid (teacher 13.0, student 0.8)" in note and "4opt/short" not in note
+    assert "4opt/long (teacher 11.0, student 28.1, and it fell beyond two SE)" in note
