@@ -30,6 +30,7 @@ from planning_gym.constants import EVAL_K
 from posttrain.teachers import REGIMES
 from pretrain.tokenizer import save_tokenizer
 from reproduce import cli, pretraining
+from reproduce.paper_numbers import fmt
 from reproduce.merge import final_checkpoint
 from reproduce.store import Store, _slug
 from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, tokenizer, random model)
@@ -434,6 +435,13 @@ def check_turnopd(store, r, md):
     assert least["OPD"]["wall_budget"] == 6.0 and [least[m]["steps_completed"] for m in METHODS] == [3, 4, 6]
     third = key_of(store, run_dir(store, "turnopd-main-opd") / "checkpoints" / "step_000003")
     assert least["OPD"]["acc"] == pytest.approx(fake_score(third, "ID", "all"))
+    ahead = r["contrasts"]["TurnOPD - OPD at the least common time, ID"]     # paired at each one's eval step
+    assert ahead["delta"] == pytest.approx(least["TurnOPD"]["acc"] - least["OPD"]["acc"])
+    assert ahead["paper"] == pytest.approx(85.60 - 73.52) and ahead["sign"] == 1
+    tcod = least["TCOD-F2B"]["eval_step"]              # TCOD-F2B's row of the least-time table, at its own step
+    at = key_of(store, run_dir(store, "turnopd-main-tcod") / "checkpoints" / f"step_{tcod:06d}")
+    assert tcod < same["TCOD-F2B"]["eval_step"] and re.search(
+        rf"\| TCOD-F2B \| 4 \| {tcod} \| [^|]+ \| {re.escape(fmt(fake_score(at, 'ID', 'all'), signed=True))} ± ", md)
     assert set(r["per_turn_kl"]) == {"student (before)", *METHODS}
     assert "the time to reach OPD's final accuracy is zero for every method" in md    # OPD ends at 0 %
     for alpha in ("alpha=0", "alpha=0.5", "alpha=1"):
@@ -489,7 +497,8 @@ def test_table_builds_end_to_end(store, table_id):
 
 
 # tables whose claims are paired comparisons (analysis.measures.contrast), and how many each makes
-SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3, "table4": 1, "mopd": 4, "turnopd-ablation": 3}
+SCOREBOARD = {"fig3-4": 6, "table1": 5, "fig6": 6, "fig7": 3, "table4": 1, "mopd": 4, "turnopd": 1,
+              "turnopd-ablation": 3}
 
 
 def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_path, monkeypatch):  # noqa: F811

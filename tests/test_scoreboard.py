@@ -29,7 +29,7 @@ def test_rows_come_from_published_paired_results_and_pooled_seeds_win(tmp_path):
     wm = next(v for k, v in rows.items() if k.startswith("world-model CoT"))
     assert wm == ["+45.8", "+6.0 ± 2.5 (16 tasks, 3 seeds)", "agrees"]
     assert next(v for k, v in rows.items() if "5 % long-horizon" in k)[1:] == ["not run", "–"]
-    assert len(rows) == len(scoreboard.CLAIMS) + len(scoreboard.PENDING)
+    assert len(rows) == len(scoreboard.CLAIMS)
 
 
 def test_the_board_replaces_only_its_block_and_check_says_when_it_is_stale(tmp_path, capsys):
