@@ -45,6 +45,8 @@ CLAIMS = (
 CLAIMS += (
     ("a crossed-recipe teacher hurts OPD (Table 4, ID avg@8 after OPD, crossed − matched)", "table4",
      "crossed - matched, ID", "−12.9 % (relative)"),
+    ("… and leaves the student below where it began (Table 4, ID avg@8, crossed after − before)", "table4",
+     "crossed after - before, ID", "– (the paper: impairs prior world modelling)"),
     ("both TurnOPD switches beat adaptive depth alone (TurnOPD ablation, ID avg@8; paper: ALFWorld acc)",
      "turnopd-ablation", "both - adaptive depth only, ID", "+3.5"),
     ("… and the turn-blended loss alone (TurnOPD ablation, ID avg@8; paper: ALFWorld acc)", "turnopd-ablation",
