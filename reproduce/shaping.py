@@ -305,7 +305,8 @@ def knowledge_mismatch(store: Store) -> Report:
     report.add("The Table 4 comparisons, paired by task (avg@8 points); verdict by two standard errors on the side "
                "the paper claims",
                ["comparison", "Δ", "± SE", "tasks", "verdict"],
-               [[name, c["delta"], c["se"], c["tasks"], c["verdict"]] for name, c in report.results["contrasts"].items()])
+               [[name, c["delta"], c["se"], c["tasks"], c["verdict"]]
+                for name, c in report.results["contrasts"].items()])
     report.add("Crossed vs matched teacher: relative change of the student's avg@8 after OPD",
                ["split", "ours %", "paper %"],
                [["ID", change["ID"], fmt(paper("table4", "crossed vs matched", "ID change %"))],
