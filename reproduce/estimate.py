@@ -299,7 +299,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
             n = len(merge.CASCADE)
             student = p.pretrained(domains=merge.CASCADE, patterns=merge.STUDENT_PATTERNS)
             p.evaluation(student, domains=n)
-            for regime in (REGIMES if t == "mopd" else ("shared_compatible",)):
+            for regime in (merge.store_regimes(p.store) if t == "mopd" else ("shared_compatible",)):
                 previous = student
                 for i, d in enumerate(merge.CASCADE, start=1):     # one OPD run per stage, shared by regimes
                     teacher = p.pretrained(family=merge.CASCADE, domains=(d,), patterns=REGIMES[regime][d])

@@ -127,8 +127,18 @@ def forgetting(scores: dict[str, dict[str, float]], split: str = "ID") -> dict[s
     return {d: last[f"{d}/{split}"] - scores[f"After {d.upper()}"][f"{d}/{split}"] for d in CASCADE[:-1]}
 
 
-def mopd_regimes(store: Store, regimes: tuple[str, ...] = tuple(REGIMES)) -> Report:
+CLAIM_REGIMES = ("shared_compatible", "no_shared_conflict", "withheld_shared", "random_shared")   # what they read
+
+
+def store_regimes(store: Store) -> tuple[str, ...]:
+    """The regimes this store builds: all five, or with ``claims_only`` the four the claims read
+    (Type II, shared by neighbours only, enters no claim: a further seed saves its two stages)."""
+    return CLAIM_REGIMES if store.claims_only else tuple(REGIMES)
+
+
+def mopd_regimes(store: Store, regimes: tuple[str, ...] | None = None) -> Report:
     report = Report("Tables 6-7 / Figs. 17-21: cascaded multi-teacher OPD in three regimes")
+    regimes = regimes or store_regimes(store)
     out = store.out("mopd")
     summary_rows, all_samples = [], {}
     for regime in regimes:
@@ -180,6 +190,9 @@ def mopd_regimes(store: Store, regimes: tuple[str, ...] = tuple(REGIMES)) -> Rep
                    "samples using the template); verdict by two standard errors on the side the paper claims",
                    ["comparison", "Δ", "± SE", "tasks", "verdict"],
                    [[name, c["delta"], c["se"], c["tasks"], c["verdict"]] for name, c in contrasts.items()])
+    if store.claims_only:
+        report.notes.append(f"Seed {store.seed} builds only the regimes the claims read (`--claims`): "
+                            + ", ".join(regimes) + ".")
     if len(summary_rows) > 1:
         worst = min(summary_rows, key=lambda r: sum(r[4:4 + len(CASCADE) - 1]))
         best = max(summary_rows, key=lambda r: sum(r[4:4 + len(CASCADE) - 1]))

@@ -571,3 +571,21 @@ def test_claims_reach_only_the_seeds_after_0_when_seeds_run_side_by_side(tmp_pat
     assert repro.main(argv) == 0
     assert {seed: "--claims" in command for seed, command in spawned.items()} == {"0": False, "1": True, "2": True}
     assert repro.main(["fake,fake", "--scale", "tiny", "--root", str(tmp_path / "out")]) == 0      # one table
+
+
+def test_a_claims_seeds_mopd_regimes_hold_every_mopd_claim(tmp_path):
+    """A further seed built with ``--claims`` skips Type II; the four MOPD claims must still all be
+    measurable from the regimes it builds (pooled over seeds by name)."""
+    from reproduce.merge import CASCADE, regime_contrasts, store_regimes
+
+    def samples(shift: int) -> list[dict]:
+        return [{"domain": d, "split": "ID", "difficulty": "short", "task": t, "task_key": f"{d}{t}", "sample": s,
+                 "success": (s + shift + t) % 3 == 0, "pattern": ("T1", "T2", "T4")[(s + shift) % 3]}
+                for d in CASCADE for t in range(3) for s in range(4)]
+    rows = ("Instruct", *[f"After {d.upper()}" for d in CASCADE])
+    claims = store_regimes(Store("tiny", tmp_path / "runs", tmp_path / "data", seed=1, claims_only=True))
+    assert "shared_conflict" not in claims
+    every = store_regimes(Store("tiny", tmp_path / "runs", tmp_path / "data"))
+    built = {r: {row: samples(i + j) for j, row in enumerate(rows)} for i, r in enumerate(every)}
+    assert set(regime_contrasts({r: built[r] for r in claims})) == set(regime_contrasts(built))
+    assert len(regime_contrasts(built)) == 4

@@ -179,6 +179,11 @@ def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     full, _ = workers.needs("fig3-4", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
     claims, _ = workers.needs("fig3-4", store)
     assert [u for u in full if u not in claims] and all("@" not in key for kind, key in claims if kind == "eval")
+    full, _ = workers.needs("mopd", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
+    claims, _ = workers.needs("mopd", store)       # MOPD without Type II: its lf and ea stages, its lf teacher
+    assert sorted(u for u in full if u not in claims) == [
+        ("eval", "lf-tiny-T2+T3@fa+lf+ea"), ("posttrain", "mopd-fa.T1+T2-lf.T2+T3"),
+        ("posttrain", "mopd-fa.T1+T2-lf.T2+T3-ea.T3+T4"), ("pretrain", "lf-tiny-T2+T3@fa+lf+ea")]
 
 
 def test_a_claims_seeds_workers_build_for_a_claims_store(tmp_path, monkeypatch):
