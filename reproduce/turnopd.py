@@ -57,10 +57,16 @@ def main_runs(store: Store, labels: tuple[str, ...] = tuple(METHODS)) -> dict[st
             for label, m in METHODS.items() if label in labels}
 
 
+def store_methods(store: Store) -> tuple[str, ...]:
+    """The main table's methods this store trains: all three, or with ``claims_only`` the two its
+    claim compares (TCOD-F2B is a baseline beside them)."""
+    return ("OPD", "TurnOPD") if store.claims_only else tuple(METHODS)
+
+
 def main_table(store: Store) -> Report:
     report = Report("TurnOPD main table: OPD vs TCOD-F2B vs TurnOPD at equal steps and equal time")
     student, teacher = pair(store)
-    runs = main_runs(store)
+    runs = main_runs(store, store_methods(store))
     report.runs += [student, teacher, *runs.values()]
     logs = frame(runs, start=store.evaluation(student))
     out = store.out("turnopd")

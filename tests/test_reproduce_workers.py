@@ -184,6 +184,9 @@ def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     assert sorted(u for u in full if u not in claims) == [
         ("eval", "lf-tiny-T2+T3@fa+lf+ea"), ("posttrain", "mopd-fa.T1+T2-lf.T2+T3"),
         ("posttrain", "mopd-fa.T1+T2-lf.T2+T3-ea.T3+T4"), ("pretrain", "lf-tiny-T2+T3@fa+lf+ea")]
+    full, _ = workers.needs("turnopd", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
+    claims, _ = workers.needs("turnopd", store)    # the TurnOPD claim compares TurnOPD with OPD: no TCOD-F2B
+    assert [u for u in full if u not in claims] == [("posttrain", "turnopd-main-tcod")]
 
 
 def test_a_claims_seeds_workers_build_for_a_claims_store(tmp_path, monkeypatch):
