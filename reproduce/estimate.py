@@ -312,7 +312,8 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
             base = p.pretrained()
             student = f"{base}@student"
             p.evaluation(student)
-            arms = [turnopd.METHODS[m] for m in turnopd.store_methods(p.store)] if t == "turnopd" else ("opd", "turnopd")
+            arms = ([turnopd.METHODS[m] for m in turnopd.store_methods(p.store)] if t == "turnopd"
+                    else ("opd", "turnopd"))
             for m in arms:
                 p.posttrained(f"turnopd-main-{m}", m, student=student, teacher=base, topk=TURNOPD_TOPK,
                               eval_at_start=False, **(turnopd.tcod_overrides(p.store) if m == "tcod" else {}))
