@@ -9,7 +9,9 @@ as a paired difference over tasks ± its standard error (`analysis.measures.pair
 and every cell is labelled unnecessary / effective / unsupported (`analysis.measures.region_labels`):
 the same measures as ``make reproduce TABLE=fig7``, on the user's own runs.  Writes
 ``OUT/region_map.png`` (one panel per method: rows quality, columns horizon), ``OUT/region_map.md``
-and ``OUT/region_map.json`` -- the figure is drawn from the numbers in the table.
+and ``OUT/region_map.json`` -- the figure is drawn from the numbers in the table -- and
+``OUT/training_success.png``, each run's logged training success per step (one panel per quality
+and trained horizon, one line per method: Fig. 8 for the user's runs).
 
 Grouping: the method is the run's ``config.method``; the quality (a row) is ``--label RUN=LABEL``
 when given, else the student's pre-training corpus ``patterns`` (1opt, 4opt, 4opt4sub, ...), else
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.figures import plot_region_maps
+from analysis.figures import plot_region_maps, plot_small_multiples
 from analysis.measures import REGIONS, paired_difference, region_labels, task_score
 from analysis.report import md_table
 from planning_gym.cli import Parser, UsageError, entry, prepare_output, read_jsonl
@@ -302,12 +304,27 @@ def _lookup(g: pd.DataFrame, q, d) -> tuple[float, float]:
     return (float(hit["delta"].iloc[0]), float(hit["se"].iloc[0])) if len(hit) else (float("nan"), float("nan"))
 
 
+def training_curves(runs: list[Run], key: str = "success") -> dict[str, dict[str, tuple[list, list]]]:
+    """Each run's logged ``key`` per training step, one panel per (quality, horizons it trained on)
+    and one line per method: where a cell's Δ comes from (a collapse on the way shows here)."""
+    panels = {}
+    for r in runs:
+        trained = read_config(r.path).get("config", {}).get("difficulties") or "all"
+        rows = [x for x in read_jsonl(r.path / "metrics.jsonl") if not x.get("eval") and x.get(key) is not None]
+        panels.setdefault((r.quality, trained), {})[r.method] = ([x["step"] for x in rows], [x[key] for x in rows])
+    order = lambda cell: (cell[0], DIFFS.index(cell[1]) if cell[1] in DIFFS else len(DIFFS), cell[1])  # noqa: E731
+    return {f"{q} / {d}": panels[q, d] for q, d in sorted(panels, key=order)}   # rows quality, columns horizon
+
+
 def write(runs: list[Run], out: Path, split: str = "ID") -> list[Path]:
     table = measure(runs, split)
     maps, deltas, ses = grids(table)
     out.mkdir(parents=True, exist_ok=True)
     png = plot_region_maps(maps, out / "region_map.png", deltas=deltas, ses=ses, unit=" pt",
                            title=f"Δ{split} avg@8 ± SE after post-training")
+    curves = [plot_small_multiples(panels, out / "training_success.png", "step", "training success",
+                                   ncols=min(3, len(panels)), title="Training success per step (the runs' own logs)")
+              for panels in [training_curves(runs)] if any(x for lines in panels.values() for x, _ in lines.values())]
     md = out / "region_map.md"
     md.write_text(markdown(table, maps, runs, split))
     js = out / "region_map.json"
@@ -318,7 +335,7 @@ def write(runs: list[Run], out: Path, split: str = "ID") -> list[Path]:
                                         for r in table.to_dict("records")],
                               "runs": [{"run": str(r.path), "method": r.method, "quality": r.quality, "step": r.step,
                                         "base": r.base_from} for r in runs]}, indent=1))
-    return [png, md, js]
+    return [png, *curves, md, js]
 
 
 def main(argv: list[str] | None = None) -> int:

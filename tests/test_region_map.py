@@ -124,6 +124,28 @@ def test_region_map_measures_delta_and_se_per_method_quality_and_horizon(runs, t
     assert opd.images[0].colorbar.ax is bar
 
 
+def test_the_runs_training_success_is_drawn_beside_the_map(runs, tmp_path, capsys):
+    """Where a cell's Δ comes from: each run's logged training success, one panel per quality and
+    trained horizon, one line per method (evaluation rows and steps without the field left out)."""
+    logs = {"opd-4opt": [0.5, 0.0, 0.75], "grpo-4opt": [0.25, 0.5, None]}
+    for name, values in logs.items():
+        rows = [{"step": i + 1, "loss": 1.0, **({"success": v} if v is not None else {})} for i, v in enumerate(values)]
+        (runs[name] / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [
+            {"step": 3, "eval": True, "success": 9.0}]))
+    loaded = R.load_runs([runs["opd-4opt"], runs["grpo-4opt"]])
+    assert R.training_curves(loaded) == {"4opt / all": {"OPD": ([1, 2, 3], [0.5, 0.0, 0.75]),
+                                                        "GRPO": ([1, 2], [0.25, 0.5])}}
+    for run, d in zip(loaded, ("long", "short")):           # panels in the map's order: horizons short to long
+        record = json.loads((run.path / "train_config.json").read_text())
+        record["config"]["difficulties"] = d
+        (run.path / "train_config.json").write_text(json.dumps(record))
+    assert list(R.training_curves(loaded)) == ["4opt / short", "4opt / long"]
+    out = tmp_path / "map"
+    assert R.main([str(runs["opd-4opt"]), str(runs["grpo-4opt"]), "--out", str(out)]) == 0
+    assert str(out / "training_success.png") in capsys.readouterr().out.split()
+    assert (out / "training_success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_labels_group_runs_and_runs_in_one_cell_are_pooled_over_their_task_pairs(runs, tmp_path):
     s4 = runs["opd-4opt"]
     seed1 = posttrained(tmp_path, "opd-4opt-seed1", "opd", Path(json.loads((s4 / "train_config.json").read_text())
