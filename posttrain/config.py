@@ -82,6 +82,8 @@ class PosttrainConfig:
     # bookkeeping
     domains: str = spec("", "comma list: only posttrain tasks of these domains (empty: all)")
     difficulties: str = spec("", "comma list of short, mid, long: only tasks of these bins (empty: all)")
+    novel_tasks: bool = spec(False, "only posttrain tasks the pre-training corpus does not hold (a control: at "
+                             "small most short posttrain tasks are also pre-training tasks)")
     eval_every: int = spec(0, "steps between evaluations (0: only at the end)", ge=0)
     eval_at_start: bool = spec(True, "with eval_every: also evaluate the student before step 1")
     eval_tasks_per_cell: int = spec(4, "test tasks per (split, difficulty) cell", ge=1)

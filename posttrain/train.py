@@ -148,6 +148,7 @@ class Trainer:
         import torch
 
         from engine.evaluate import load_model_and_tokenizer, load_rows, load_worlds, task_for_row
+        from planning_gym.corpus import task_key
         from posttrain.turnopd import DepthController
         from pretrain.checkpoint import checkpoint_dirs
 
@@ -177,8 +178,12 @@ class Trainer:
         bins = {d for d in cfg.difficulties.split(",") if d}
         rows = [r for r in load_rows(self.data, "posttrain")
                 if (not domains or r["domain"] in domains) and (not bins or r["difficulty"] in bins)]
+        if cfg.novel_tasks:            # what pre-training saw is recalled, not planned: leave it out
+            seen = {task_key(r) for r in load_rows(self.data, "pretrain")}
+            rows = [r for r in rows if task_key(r) not in seen]
         if not rows:
-            raise UsageError(f"no posttrain tasks for domains {sorted(domains) or 'all'} and difficulties "
+            new = " new to pre-training" if cfg.novel_tasks else ""
+            raise UsageError(f"no posttrain tasks{new} for domains {sorted(domains) or 'all'} and difficulties "
                              f"{sorted(bins) or 'all'} in {self.data}")
         self.tasks = [task_for_row(worlds, r) for r in rows]
         self.solvers: dict = {}

@@ -194,6 +194,10 @@ def test_difficulty_filter_keeps_checkpoints_and_a_checkpoint_as_student(student
     rows = [json.loads(l) for l in (data / "posttrain.jsonl").read_text().splitlines()]
     long_rows = [r for r in rows if r["difficulty"] == "long"]
     assert 0 < len(trainer.tasks) == len(long_rows) < len(rows)
+    from planning_gym.corpus import task_key       # the control: only tasks pre-training did not hold
+    seen = {task_key(json.loads(line)) for line in (data / "pretrain.jsonl").read_text().splitlines() if line}
+    novel = Trainer(make_config("opd", "tiny", novel_tasks=True), ckpt, teacher_b, root / "y", None, False)
+    assert 0 < len(novel.tasks) == sum(task_key(r) not in seen for r in rows) < len(rows)
     assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
                            "--set", "difficulties=longest"]) == 2
     assert posttrain_main(["--method", "grpo", "--student", str(run), "--out", str(root / "bad"), "--scale", "tiny",
