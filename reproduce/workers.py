@@ -65,8 +65,15 @@ def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
+    """Ask the store for ``unit`` as the table would, its inputs first: a finished input returns at
+    once, but the store then knows how it was made, so one carried without its weights is rebuilt
+    before it is loaded, and one built under other settings (an MOPD stage before this one) is
+    rebuilt before anything trains on it."""
     from reproduce.estimate import model_path
     kind, key = unit
+    for needed in map(unit_of, inputs(store, unit, requests)):
+        if needed != unit and needed[1] in requests:
+            build(store, needed, requests)
     if kind == "pretrain":
         store.pretrained(**requests[key])
     elif kind == "posttrain":

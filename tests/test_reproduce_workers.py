@@ -167,6 +167,31 @@ def test_an_mopd_stage_waits_for_the_stage_before_it(tmp_path):
     assert workers.ready(store, second, requests)
 
 
+def test_a_worker_asks_for_a_units_inputs_before_the_unit(tmp_path, monkeypatch):
+    """Building MOPD's third stage asks the store for the family base, the student, both stages before
+    it and the teacher first, as the table does: a finished input returns at once, but the store then
+    knows how it was made (one carried without weights is rebuilt before it is loaded; a stage of
+    other settings is rebuilt before the next trains on it)."""
+    from reproduce.estimate import model_path
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    units, requests = workers.needs("mopd", store)
+    asked = []
+    monkeypatch.setattr(Store, "pretrained", lambda self, **request: asked.append(("pretrain", request)))
+
+    def posttrained(self, name, method, student, teacher=None, **overrides):
+        asked.append(("posttrain", name))
+        return self.home / "posttrain" / name
+    monkeypatch.setattr(Store, "posttrained", posttrained)
+    third = "mopd-fa.T1+T2-lf.T1+T3-ea.T1+T4"
+    workers.build(store, ("posttrain", third), requests)
+    stages = [a[1] for a in asked if a[0] == "posttrain"]
+    assert stages == ["mopd-fa.T1+T2", "mopd-fa.T1+T2-lf.T1+T3", third]
+    assert asked.index(("posttrain", stages[0])) > asked.index(("pretrain", requests["fa+lf+ea-tiny-4opt4sub"]))
+    teacher = requests[third]["teacher"]
+    assert ("pretrain", requests[teacher]) in asked[:asked.index(("posttrain", third))]
+    assert model_path(store, requests[third]["student"]) == store.home / "posttrain" / stages[1]
+
+
 def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     """The workers' plan narrows with the table (`shaping.region_cells`): a seed built with
     ``--claims`` has Fig. 7's 4opt8sub/long runs and their student, nothing else, and Figs. 3-4
