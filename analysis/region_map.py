@@ -311,7 +311,9 @@ def training_curves(runs: list[Run], key: str = "success") -> dict[str, dict[str
     for r in runs:
         trained = read_config(r.path).get("config", {}).get("difficulties") or "all"
         rows = [x for x in read_jsonl(r.path / "metrics.jsonl") if not x.get("eval") and x.get(key) is not None]
-        panels.setdefault((r.quality, trained), {})[r.method] = ([x["step"] for x in rows], [x[key] for x in rows])
+        lines = panels.setdefault((r.quality, trained), {})
+        line = r.method if r.method not in lines else f"{r.method} ({r.path.name})"   # repeats of a cell: each its own
+        lines[line] = ([x["step"] for x in rows], [x[key] for x in rows])
     order = lambda cell: (cell[0], DIFFS.index(cell[1]) if cell[1] in DIFFS else len(DIFFS), cell[1])  # noqa: E731
     return {f"{q} / {d}": panels[q, d] for q, d in sorted(panels, key=order)}   # rows quality, columns horizon
 

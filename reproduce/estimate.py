@@ -276,6 +276,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                 p.evaluation(p.pretrained(**change))
         elif t == "fig7":
             teacher, cells = p.pretrained(), shaping.region_cells(p.store)
+            p.evaluation(teacher)                                   # OPD's ceiling, beside the fit
             for q in dict.fromkeys(q for q, _ in cells):
                 student = f"{p.pretrained(patterns=q)}@student"
                 p.evaluation(student)

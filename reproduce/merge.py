@@ -172,8 +172,8 @@ def mopd_regimes(store: Store, regimes: tuple[str, ...] | None = None) -> Report
         # Figs. 17-21: pattern shares per domain, rows in the paper's order
         tables = {}
         for d in CASCADE:
-            labels = {name: [x["pattern"] for x in samples[name] if x["domain"] == d] for name in order
-                      if not name.startswith("Teacher") or name == f"Teacher {d.upper()}"}
+            labels = {name: [x["pattern"] for x in samples[name] if x["domain"] == d and x["split"] in SPLITS]
+                      for name in order if not name.startswith("Teacher") or name == f"Teacher {d.upper()}"}
             tables[d.upper()] = pattern_table(labels)
             report.results[regime]["patterns"][d] = tables[d.upper()].to_dict("index")
         report.figures.append(plot_pattern_heatmap(tables, out / f"patterns_{regime}.png",

@@ -168,12 +168,15 @@ def opd_fit(run: Path, window: int = 8) -> dict[str, float]:
     """A distillation run's objective and training success, mean of its first and of its last
     ``window`` steps: OPD's loss is the student's reverse KL to the teacher on its own rollouts."""
     rows = [r for r in metrics(run) if not r.get("eval") and "loss" in r]
-    mean = lambda part, key: (sum(r.get(key) or 0.0 for r in part) / len(part)) if part else float("nan")
+    def mean(part: list[dict], key: str) -> float:
+        values = [r[key] for r in part if r.get(key) is not None]
+        return sum(values) / len(values) if values else float("nan")
     first, last = rows[:window], rows[-window:]
     windows = [rows[i:i + window] for i in range(max(1, len(rows) - window + 1))]
     return {"kl first": mean(first, "loss"), "kl last": mean(last, "loss"),
             "success first": 100 * mean(first, "success"), "success last": 100 * mean(last, "success"),
-            "success lowest": 100 * min(mean(w, "success") for w in windows)}   # a collapse on the way
+            "success lowest": 100 * min((m for m in (mean(w, "success") for w in windows) if m == m),
+                                        default=float("nan"))}     # a collapse on the way
 
 
 def add_opd_fit(report: Report, store: Store, cells: list[dict], teacher_eval: dict) -> None:
@@ -188,7 +191,8 @@ def add_opd_fit(report: Report, store: Store, cells: list[dict], teacher_eval: d
         ceiling = cell(teacher_eval, "ID", d)
         rows.append([f"{q}/{d}", fit["kl first"], fit["kl last"], fit["success first"], fit["success lowest"],
                      fit["success last"], e["baseline"], ceiling, plus_minus(e["opd avg"], e["opd se"])])
-        if fit["kl last"] < 0.75 * fit["kl first"] and not e["opd avg"] > 2 * e["opd se"]:
+        clear_gain = e["opd se"] != e["opd se"] or e["opd avg"] > 2 * e["opd se"]    # no SE (one task): say nothing
+        if fit["kl last"] < 0.75 * fit["kl first"] and not clear_gain:
             flat.append(f"{q}/{d} (teacher {ceiling:.1f}, student {e['baseline']:.1f}"
                         + (", and it fell beyond two SE" if -e["opd avg"] > 2 * e["opd se"] else "") + ")")
     report.add("OPD's fit: reverse KL to the teacher on the student's own rollouts and training success (%), mean "

@@ -448,7 +448,9 @@ def check_turnopd(store, r, md):
     tcod = least["TCOD-F2B"]["eval_step"]              # TCOD-F2B's row of the least-time table, at its own step
     at = key_of(store, run_dir(store, "turnopd-main-tcod") / "checkpoints" / f"step_{tcod:06d}")
     assert tcod < same["TCOD-F2B"]["eval_step"] and re.search(
-        rf"\| TCOD-F2B \| 4 \| {tcod} \| [^|]+ \| {re.escape(fmt(fake_score(at, 'ID', 'all'), signed=True))} ± ", md)
+        rf"\| TCOD-F2B \| 4 \| {tcod} \| [^|]+ \| "
+        rf"{re.escape(fmt(fake_score(at, 'ID', 'all') - least['OPD']['acc'], signed=True))} ± ", md)
+    assert "at 6.0 s of training (the least common time of these two; TurnOPD at step 6, OPD at step 3)" in md
     assert set(r["per_turn_kl"]) == {"student (before)", *METHODS}
     assert "the time to reach OPD's final accuracy is zero for every method" in md    # OPD ends at 0 %
     for alpha in ("alpha=0", "alpha=0.5", "alpha=1"):

@@ -194,12 +194,12 @@ def test_a_worker_asks_for_a_units_inputs_before_the_unit(tmp_path, monkeypatch)
 
 def test_a_claims_seed_plans_only_the_claims_cell(tmp_path):
     """The workers' plan narrows with the table (`shaping.region_cells`): a seed built with
-    ``--claims`` has Fig. 7's 4opt8sub/long runs and their student, nothing else, and Figs. 3-4
-    without Fig. 4's checkpoint evaluations."""
+    ``--claims`` has Fig. 7's 4opt8sub/long runs, their student and the teacher's evaluation (OPD's
+    ceiling), nothing else, and Figs. 3-4 without Fig. 4's checkpoint evaluations."""
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, seed=1, claims_only=True)
     units, _ = workers.needs("fig7", store)
     assert [key for kind, key in units if kind != "pretrain"] == [
-        "fa-tiny-4opt8sub@student", "fig7-grpo-4opt8sub-long", "fig7-opd-4opt8sub-long"]
+        "fa-tiny", "fa-tiny-4opt8sub@student", "fig7-grpo-4opt8sub-long", "fig7-opd-4opt8sub-long"]
     assert [key for kind, key in units if kind == "pretrain"] == ["fa-tiny", "fa-tiny-4opt8sub"]
     full, _ = workers.needs("fig3-4", Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None))
     claims, _ = workers.needs("fig3-4", store)
