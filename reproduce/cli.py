@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="build only the table's units whose key matches one of these comma-separated globs "
                         "(e.g. 'fig7-grpo-*,*@student'), with --workers processes, and write no table")
     p.add_argument("--claims", action="store_true",
-                   help="seeds after 0 build only what the scoreboard's claims read (Fig. 7: its 4opt8sub/long cell)")
+                   help="seeds after 0 build only what the scoreboard's claims read (Fig. 7: its 4opt8sub/long "
+                        "cell; Figs. 3-4: no Fig. 4 curve; MOPD: no Type II; TurnOPD: no TCOD-F2B)")
     p.add_argument("--list", action="store_true", help="list the reproductions and exit")
     try:
         args = p.parse_args(argv)
