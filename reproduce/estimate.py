@@ -299,12 +299,14 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
         elif t in ("mopd", "fig22"):
             n = len(merge.CASCADE)
             student = p.pretrained(domains=merge.CASCADE, patterns=merge.STUDENT_PATTERNS)
-            p.evaluation(student, domains=n)
+            if t == "mopd":                         # Fig. 22 reads weights only
+                p.evaluation(student, domains=n)
             for regime in (merge.store_regimes(p.store) if t == "mopd" else ("shared_compatible",)):
                 previous = student
                 for i, d in enumerate(merge.CASCADE, start=1):     # one OPD run per stage, shared by regimes
                     teacher = p.pretrained(family=merge.CASCADE, domains=(d,), patterns=REGIMES[regime][d])
-                    p.evaluation(teacher)
+                    if t == "mopd":
+                        p.evaluation(teacher)
                     name = merge.stage_name([(c, REGIMES[regime][c]) for c in merge.CASCADE[:i]])
                     p.posttrained(name, "opd", eval_domains=n, student=previous, teacher=teacher, domains=d,
                                   eval_every=0, eval_splits=",".join(merge.SPLITS))

@@ -152,6 +152,8 @@ def test_an_mopd_stage_waits_for_the_stage_before_it(tmp_path):
     from reproduce.estimate import model_path
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
     units, requests = workers.needs("mopd", store)
+    fig22, _ = workers.needs("fig22", store)      # Fig. 22 reads the weights of Type I's cascade, no evaluation
+    assert [u for u in fig22 if u[0] == "eval"] == [] and ("posttrain", "mopd-fa.T1+T2") in fig22
     first, second = ("posttrain", "mopd-fa.T1+T2"), ("posttrain", "mopd-fa.T1+T2-lf.T1+T3")
     assert requests[second[1]]["student"] == "posttrain:mopd-fa.T1+T2"
     assert model_path(store, "posttrain:mopd-fa.T1+T2") == store.home / "posttrain" / "mopd-fa.T1+T2"
