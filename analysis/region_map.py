@@ -314,8 +314,12 @@ def training_curves(runs: list[Run], key: str = "success") -> dict[str, dict[str
         lines = panels.setdefault((r.quality, trained), {})
         line = r.method if r.method not in lines else f"{r.method} ({r.path.name})"   # repeats of a cell: each its own
         lines[line] = ([x["step"] for x in rows], [x[key] for x in rows])
-    order = lambda cell: (cell[0], DIFFS.index(cell[1]) if cell[1] in DIFFS else len(DIFFS), cell[1])  # noqa: E731
-    return {f"{q} / {d}": panels[q, d] for q, d in sorted(panels, key=order)}   # rows quality, columns horizon
+    rank, seen = {q: i for i, q in enumerate(QUALITY_ORDER)}, list(dict.fromkeys(q for q, _ in panels))
+
+    def order(cell):                   # the map's order: the paper's qualities, then others as given; short to long
+        q, d = cell
+        return rank.get(q, len(rank)), seen.index(q), DIFFS.index(d) if d in DIFFS else len(DIFFS), d
+    return {f"{q} / {d}": panels[q, d] for q, d in sorted(panels, key=order)}
 
 
 def write(runs: list[Run], out: Path, split: str = "ID") -> list[Path]:
