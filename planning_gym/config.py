@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .cli import UsageError
 from .scales import CORPUS, SCALES, check_scale, cuda_present, resolve_scale  # noqa: F401  (re-exported)
 from .graph import GraphParams
-from .patterns import mixture_weights
+from .patterns import canonical_mixture, mixture_weights
 from .tasks import BINS, GOAL_MIN_PLAN, bins_from
 from .trajectory import COT_FORMATS
 from .world import ERROR_DETAILS, PATHS, load_domain
@@ -55,6 +55,9 @@ class CorpusConfig:
     row_seed: int | None = None          # pattern / defect stream of the rows (None: seed)
     horizon_bins: tuple[tuple[int, int], ...] = tuple(BINS.values())   # short, mid, long plan lengths
     graph: GraphParams = field(default_factory=GraphParams)
+
+    def __post_init__(self):
+        object.__setattr__(self, "patterns", canonical_mixture(self.patterns))   # one spelling, one folder
 
     @property
     def bins(self) -> dict[str, tuple[int, int]]:

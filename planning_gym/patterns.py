@@ -66,6 +66,13 @@ def mixture_weights(spec: str) -> dict[str, float]:
     return weights
 
 
+def canonical_mixture(spec: str) -> str:
+    """One spelling per mixture: an explicit set's parts sorted (``T4+T3`` -> ``T3+T4``), a preset
+    as it is. The two spellings are one corpus (rows draw their pattern over the sorted names), so
+    they must name one corpus folder and one teacher, not two."""
+    return spec if spec in MIXTURES else "+".join(sorted(part.strip() for part in spec.split("+")))
+
+
 _PREFIX = [("T1", re.compile(r"^Goal check: ")), ("T2", re.compile(r"^Step \d+/\d+: ")),
            ("T3", re.compile(r"^Plan( step \d+)?: ")), ("T4", re.compile(r"^Reason: ")),
            ("D1", re.compile(r"^Quick: ")), ("D2", re.compile(r"^Shortcut: ")),

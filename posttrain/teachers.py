@@ -37,7 +37,7 @@ def _random_shared() -> dict[str, str]:
     rng = stream(0, "mopd", "random_shared")
     shared = rng.choice(OPTIMAL)
     own = rng.sample([p for p in OPTIMAL if p != shared], 3)
-    return {d: "+".join(sorted((shared, o))) for d, o in zip(("fa", "lf", "ea"), own)}   # one name per set
+    return {d: f"{shared}+{o}" for d, o in zip(("fa", "lf", "ea"), own)}
 
 
 REGIMES: dict[str, dict[str, str]] = {

@@ -30,6 +30,7 @@ from analysis.figures import plot_checkpoint_dynamics, plot_pattern_heatmap
 from analysis.measures import contrast, pattern_table
 from analysis.report import Report
 from analysis.run_logs import cell
+from planning_gym.patterns import canonical_mixture
 from posttrain.teachers import REGIMES
 from reproduce.paper_numbers import fmt, paper
 from reproduce.store import Store
@@ -45,7 +46,7 @@ def stage_name(teachers: list[tuple[str, str]]) -> str:
     """The run of a cascade stage, named by the (domain, patterns) teachers distilled up to it in
     cascade order: regimes whose cascades begin with the same teachers share those stages (Type I,
     the withheld control and Type II all start with fa's T1+T2), so each is trained once."""
-    return "mopd-" + "-".join(f"{d}.{'+'.join(sorted(p.split('+')))}" for d, p in teachers)
+    return "mopd-" + "-".join(f"{d}.{canonical_mixture(p)}" for d, p in teachers)
 
 
 def build(store: Store, regime: str) -> dict:

@@ -178,3 +178,12 @@ def test_verify_row_rejects_an_action_after_the_goal(cases):
     late = {**row, "actions": actions, "text": join_turns(obs, [f"Action: {a}" for a in actions])}
     with pytest.raises(RowError, match="after the episode ended"):
         verify_row(world, late)
+
+
+def test_a_pattern_set_has_one_spelling_and_the_same_weights():
+    from planning_gym.config import CorpusConfig
+    from planning_gym.patterns import canonical_mixture, mixture_weights
+    assert canonical_mixture("T4+T3") == canonical_mixture("T3+T4") == "T3+T4"
+    assert mixture_weights(canonical_mixture("T4:2+D1")) == mixture_weights("T4:2+D1")
+    assert canonical_mixture("4opt8sub") == "4opt8sub"
+    assert CorpusConfig(patterns="T4+T1").name == CorpusConfig(patterns="T1+T4").name    # one folder, one teacher
