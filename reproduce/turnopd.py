@@ -25,10 +25,13 @@ from analysis.info import forced_mass
 from analysis.measures import (compare_loss_budgets, contrast, least_time_table, paired_difference, per_turn_kl,
                                same_step_table, speedup_table)
 from analysis.report import Report
+from analysis.region_map import step_evaluations
 from analysis.run_logs import cell, frame, step_cell
 from analysis.teacher_scoring import posttrain_tasks, score_rollouts
+from planning_gym.cli import read_jsonl
 from planning_gym.constants import TURNOPD_TOPK as TOPK     # TurnOPD's Table 7
 from reproduce.paper_numbers import fmt, paper
+from reproduce.pretraining import plus_minus
 from reproduce.store import Store
 
 METHODS = {"OPD": "opd", "TCOD-F2B": "tcod", "TurnOPD": "turnopd"}
@@ -71,16 +74,16 @@ def main_table(store: Store) -> Report:
     logs = frame(runs, start=store.evaluation(student))
     out = store.out("turnopd")
 
-    same = same_step_table(logs)
-    at = {when: {m: samples_at(store, runs[m], table.loc[m, "eval_step"], student) for m in runs}
-          for when, table in (("same", same), ("least", least_time_table(logs)))}
+    same, least = same_step_table(logs), least_time_table(logs)
+    read = _memo(lambda m, step: samples_at(store, runs[m], step, student))      # each (method, step) read once
+    at = {when: {m: read(m, table.loc[m, "eval_step"]) for m in runs}
+          for when, table in (("same", same), ("least", least))}
     vs = {when: {m: paired_difference(s[m], s["OPD"], "ID") for m in runs if m != "OPD"} for when, s in at.items()}
     report.add(f"Same step: ID avg@8 (%) at step {int(same['step'].iloc[0])} (the last step every method evaluated), "
                "and its difference to OPD ± SE, paired by task",
                ["method", "eval step", "ID avg@8", "vs OPD", "train wall (s)", "paper Multi-Hop same-step"],
                [[m, step_cell(r["eval_step"]), r["acc"], _versus(vs["same"].get(m)), r["wall"],
                  fmt(paper("turnopd", "Multi-Hop same-step", METHODS[m]))] for m, r in same.iterrows()])
-    least = least_time_table(logs)
     report.add(f"Least time: ID avg@8 (%) within {least['wall_budget'].iloc[0]:.1f} s of training (the least "
                "common wall time), with the steps each method completed by then, and its difference to OPD ± SE, "
                "paired by task",
@@ -101,7 +104,7 @@ def main_table(store: Store) -> Report:
     # the paper's claim: at equal training time TurnOPD is ahead (ALFWorld-1.7B +12.08). The time is the
     # least common one of these two alone, so a seed without TCOD-F2B (--claims) measures the same thing
     two = least_time_table(logs[logs.method.isin(["OPD", "TurnOPD"])])
-    claim = contrast(*(samples_at(store, runs[m], two.loc[m, "eval_step"], student) for m in ("TurnOPD", "OPD")),
+    claim = contrast(*(read(m, two.loc[m, "eval_step"]) for m in ("TurnOPD", "OPD")),
                      "ID", "all", +1, paper=paper("turnopd", "ALFWorld-1.7B least-time", "turnopd")
                      - paper("turnopd", "ALFWorld-1.7B least-time", "opd"))
     report.add(f"The claim: TurnOPD − OPD, ID avg@8 paired by task, at {two['wall_budget'].iloc[0]:.1f} s of "
@@ -138,18 +141,19 @@ def main_table(store: Store) -> Report:
 
 def samples_at(store: Store, run: Path, step: int | None, student: Path) -> list[dict]:
     """The per-sample records of ``run``'s evaluation at ``step`` (the student's at step 0 or none)."""
-    from planning_gym.cli import read_jsonl
     if not step:
         return store.samples(student, splits=("ID",))
-    return read_jsonl(Path(run) / "eval" / f"step_{int(step):06d}" / "samples.jsonl")
+    return read_jsonl(step_evaluations(run)[int(step)])
+
+
+def _memo(f):
+    cache = {}
+    return lambda *key: cache[key] if key in cache else cache.setdefault(key, f(*key))
 
 
 def _versus(diff: tuple[float, float, int] | None) -> str:
     """'+3.1 ± 1.5' from a `paired_difference`; '–' for OPD itself."""
-    if diff is None:
-        return "–"
-    delta, se, _ = diff
-    return fmt(delta, signed=True) + (f" ± {se:.1f}" if se == se else "")
+    return "–" if diff is None else plus_minus(diff[0], diff[1])
 
 
 def _x(v: float) -> str:
