@@ -152,11 +152,12 @@ def mopd_regimes(store: Store, regimes: tuple[str, ...] | None = None) -> Report
             scores[name] = {f"{d}/{sp}": cell(s, sp, "all", domain=d) for sp in SPLITS for d in CASCADE}
             samples[name] = store.samples(model, splits=SPLITS)
         # a teacher knows one domain: it is scored on its own corpus, whose test tasks are its domain's
-        own = {d: cell(store.evaluation(t), "ID", "all", domain=d) for d, t in a["teachers"].items()}
         for d, t in a["teachers"].items():
-            scores[f"Teacher {d.upper()}"] = {f"{c}/{sp}": cell(store.evaluation(t), sp, "all", domain=d)
-                                              if c == d else float("nan") for sp in SPLITS for c in CASCADE}
+            s = store.evaluation(t)
+            scores[f"Teacher {d.upper()}"] = {f"{c}/{sp}": cell(s, sp, "all", domain=d) if c == d else float("nan")
+                                              for sp in SPLITS for c in CASCADE}
             samples[f"Teacher {d.upper()}"] = store.samples(t)
+        own = {d: scores[f"Teacher {d.upper()}"][f"{d}/ID"] for d in a["teachers"]}
         order = ["Instruct", *[f"Teacher {d.upper()}" for d in CASCADE], *[f"After {d.upper()}" for d in CASCADE]]
         for name in order:
             rows.append([name, *scores[name].values(), float(np.mean([scores[name][f"{d}/ID"] for d in CASCADE]))])
