@@ -183,8 +183,15 @@ class Store:
     def weights(self, model: Path) -> Path:
         """``model`` (a run, a checkpoint or an MOPD stage) with its weights on disk: an artifact restored
         from a carry (reproduce.carry) has its records and evaluations but no weights, and is built
-        again, the way this process asked for it, before anything loads it. Returns ``model``."""
+        again, the way this process asked for it, before anything loads it. Returns ``model``.
+
+        A run another process is training again (it was carried, and is unfinished now) is awaited,
+        or with ``wait=False`` reported `Busy`, never handed on half-built."""
         model = Path(model)
+        run = model.parent.parent if model.parent.name == rundir.CHECKPOINTS else model
+        if not rundir.is_finished(run):
+            with self._exclusive(run):          # its builder holds this lock until the run is finished
+                pass
         if not _without_weights(model):
             return model
         owner = next((p for p in (model, *model.parents) if p in self._origins), None)

@@ -201,3 +201,23 @@ def test_a_carried_post_training_run_is_trained_again_from_the_start_when_extend
     store.pretrained()
     store.posttrained("x", "grpo", student, steps=steps + 4)     # longer: normally extended from its checkpoint,
     assert calls[2:] == [(steps + 4, False)]                    # but a carried one has no weights to go on from
+
+
+def test_a_run_another_process_is_training_again_is_awaited_not_handed_on(tmp_path):
+    """Two workers both need one carried teacher; the first trains it again (its summary and
+    checkpoints gone for now), so the second must wait for it or take other work (`Busy`), not load
+    a run that has no checkpoint yet."""
+    import fcntl
+
+    from reproduce.store import Busy
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, wait=False)
+    run = store.home / "pretrain" / "teacher"
+    (run / "checkpoints").mkdir(parents=True)                      # being retrained: nothing there yet
+    with open(run.parent / f".{run.name}.lock", "w") as held:       # the other worker's lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(Busy):
+            store.weights(run)
+        with pytest.raises(Busy):
+            store.weights(run / "checkpoints" / "step_000002")
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert store.weights(run) == run                                # no one builds it: nothing to wait for
