@@ -13,6 +13,8 @@ of layout (or a guess about what a path is) goes wrong somewhere. A run folder i
       tokenizer/          (pre-training) the run's tokenizer
       eval/               evaluations (`engine.evaluate`): eval/ or eval/step_N/ with results.md, samples.jsonl
       tensorboard/        events of the optional tracker (`pretrain.tracking`)
+      retrained.json      (`reproduce.store`) a run carried without its weights and trained again: its
+                          logged losses against the carried run's, which its carried evaluations describe
 
 Every record refers to files inside the run (checkpoints by their relative name), so a moved or
 copied run folder is self-contained.
@@ -31,6 +33,7 @@ SUMMARY = "summary.json"
 CHECKPOINTS = "checkpoints"
 TOKENIZER = "tokenizer"
 EVAL = "eval"
+RETRAINED = "retrained.json"
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -16,8 +16,10 @@ local artifact. A half-trained run is not carried: its progress is its weights.
 After a restore the store treats a carried run as built: a table that only needs its evaluations
 costs nothing, and one that needs its weights (a student, a teacher, a new evaluation) makes the
 store train that pre-training run again first, the same way (same corpus, preset, seed and steps;
-`Store._with_weights`). A carried post-training run cannot be retrained on its own; it is used for
-its evaluations only, and the store says so if anything asks for its weights.
+`Store.weights`). On one machine that gives the same model (the logged losses agree to the bit), so
+the carried evaluations still describe it; the store records the comparison in the run
+(``retrained.json``) and warns where they differ. A carried post-training run cannot be retrained on
+its own; it is used for its evaluations only, and the store says so if anything asks for its weights.
 """
 from __future__ import annotations
 

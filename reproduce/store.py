@@ -136,6 +136,7 @@ class Store:
             carried = _without_weights(run)
             if not carried and (again or rundir.is_finished(run)):
                 return run                  # another process built it meanwhile
+            carried_losses = _logged_losses(run) if carried else {}
             if carried:
                 self.log(f"[reproduce] {run} was carried without its weights; training it again")
                 (run / rundir.SUMMARY).unlink(missing_ok=True)   # first: cut off from here on, it is unfinished
@@ -157,7 +158,25 @@ class Store:
                 (["--set", f"steps={steps}"] if steps else [])
             if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
                 raise ReproductionError(f"pre-training {run} failed")
+            if carried_losses:
+                self._check_retrained(run, carried_losses)
             return run
+
+    def _check_retrained(self, run: Path, carried: dict[int, float]) -> None:
+        """A carried run's evaluations were sampled from its old weights, and tables pair them with runs
+        trained from the new ones: that holds only if training again gave the same model. The same
+        seed, data and preset do on one machine (the logged losses agree to the bit); another machine's
+        kernels may not. Records the comparison in the run (``retrained.json``) and warns on a mismatch."""
+        again = _logged_losses(run)
+        steps = sorted(set(carried) & set(again))
+        worst = max((abs(carried[s] - again[s]) for s in steps), default=float("nan"))
+        record = {"steps_compared": len(steps), "max_abs_loss_difference": worst,
+                  "identical": bool(steps) and worst == 0.0}
+        (run / rundir.RETRAINED).write_text(json.dumps(record, indent=1))
+        if not record["identical"]:
+            self.log(f"[reproduce] warning: {run} trained again is not the run that was carried (largest loss "
+                     f"difference {worst:.3g} over {len(steps)} logged steps): its carried evaluations describe "
+                     "other weights; delete them to evaluate it again")
 
     def pretrain_cpu_bf16(self) -> bool:
         """One precision for every pre-training of this home (a seed): the scale's ``cpu_bf16``, unless
@@ -359,6 +378,11 @@ def _without_weights(model: Path) -> bool:
         return not has_weights(model)
     ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
     return ckpt is not None and not has_weights(ckpt)
+
+
+def _logged_losses(run: Path) -> dict[int, float]:
+    from planning_gym.cli import read_jsonl
+    return {r["step"]: r["loss"] for r in read_jsonl(rundir.metrics_path(run)) if "loss" in r and "step" in r}
 
 
 def has_weights(checkpoint: Path) -> bool:

@@ -221,3 +221,31 @@ def test_a_run_another_process_is_training_again_is_awaited_not_handed_on(tmp_pa
             store.weights(run / "checkpoints" / "step_000002")
         fcntl.flock(held, fcntl.LOCK_UN)
     assert store.weights(run) == run                                # no one builds it: nothing to wait for
+
+
+@pytest.mark.parametrize("drift", [0.0, 0.25])
+def test_a_run_trained_again_is_compared_with_the_carried_run(tmp_path, drift, monkeypatch):
+    """The carried evaluations describe the old weights: training again must give the same losses, and
+    a run that does not (another machine's kernels) is recorded and warned about, not passed silently."""
+    import pretrain.train
+    old = _store(tmp_path / "a")
+    carried = _finished_pretrain(old)
+    (carried / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 / s}) + "\n" for s in (1, 2, 3)))
+    carry.save(old.home, carry.carry_dir(tmp_path / "results", old.home))
+    said = []
+    store = Store("tiny", tmp_path / "b" / "runs", tmp_path / "b" / "data", log=said.append)
+    carry.restore(carry.carry_dir(tmp_path / "results", old.home), store.home)
+
+    def train_again(argv):
+        out = Path(argv[argv.index("--out") + 1])
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 / s + drift}) + "\n"
+                                                   for s in (1, 2, 3)))
+        (out / "summary.json").write_text("{}")
+        return 0
+    monkeypatch.setattr(pretrain.train, "main", train_again)
+    monkeypatch.setattr(Store, "corpus", lambda self, **changes: self.data_dir / self.corpus_config(**changes).name)
+    run = store.weights(store.pretrained())
+    record = json.loads((run / "retrained.json").read_text())
+    assert record["steps_compared"] == 3 and record["identical"] is (drift == 0)
+    assert record["max_abs_loss_difference"] == pytest.approx(drift)
+    assert any("warning" in line and "other weights" in line for line in said) is (drift != 0)
