@@ -12,7 +12,9 @@ what a table needs comes from `reproduce.estimate.plan`, which mirrors the table
 ``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
 its base, an evaluation its run, a post-training its student and teacher, an MOPD stage the stage
-before it), and skips one whose lock another worker holds, coming back to it. Anything the plan
+before it), and skips one whose lock another worker holds, coming back to it. A unit that fails is
+logged and left, with the units that need it; the worker builds the rest, then exits with status 2,
+so one error does not idle a core for the rest of an unattended session. Anything the plan
 cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
 built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
 """
@@ -25,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from planning_gym.cli import UsageError
 from pretrain import rundir
 from reproduce.store import Busy, ReproductionError, Store
 
@@ -99,16 +102,18 @@ def chosen(store: Store, units: list[tuple[str, str]], requests: dict, only: str
 
 
 def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int, workers: int,
-         poll: float = 5.0) -> int:
-    """Worker ``index`` of ``workers``: build every unit that no other worker is building; return
-    how many this worker built or found built."""
+         poll: float = 5.0) -> tuple[int, list[tuple[str, str]]]:
+    """Worker ``index`` of ``workers``: build every unit that no other worker is building. Returns how
+    many units this worker built or found built, and those it could not build: a unit that fails is
+    reported and left, with every unit that needs it, and the worker goes on with the rest -- an
+    unattended session should not idle a core for hours on one unit's error."""
     mine = units[index::workers]
     # pre-trainings first (they gate the rest), then post-trainings (the longest), then evaluations; each
     # kind this worker's share first
     rank = {"pretrain": 0, "posttrain": 1, "eval": 2}
     pending = sorted(units, key=lambda u: (rank[u[0]], u not in mine))
     store.wait = False                      # a held lock raises Busy: take another unit instead of waiting
-    done = 0
+    done, failed = 0, []
     while pending:
         for unit in pending:
             if not ready(store, unit, requests):
@@ -117,12 +122,29 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
                 build(store, unit, requests)
             except Busy:
                 continue
+            except (ReproductionError, UsageError) as exc:
+                store.log(f"[reproduce] error: {unit[0]} {unit[1]} failed: {exc}")
+                failed += [unit, *_needing(store, unit, pending, requests)]
+                pending = [u for u in pending if u not in failed]
+                break
             pending.remove(unit)
             done += 1
             break                           # back to the top of the list: this worker's own share first
         else:
             time.sleep(poll)                # everything left is being built elsewhere or waits for it
-    return done
+    return done, failed
+
+
+def _needing(store: Store, unit: tuple[str, str], pending: list[tuple[str, str]], requests: dict) -> list:
+    """The pending units that need ``unit``'s run, directly or through another pending unit."""
+    lost, found = {unit}, []
+    for _ in pending:                       # a chain is at most as long as the list
+        more = [u for u in pending if u not in lost and any(unit_of(k) in lost for k in inputs(store, u, requests))]
+        if not more:
+            break
+        lost.update(more)
+        found += more
+    return found
 
 
 def worker_command(table: str, store: Store, workers: int, only: str = "") -> list[str]:
@@ -175,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(args.scale, Path(args.root), Path(args.data_dir), seed=args.seed, claims_only=args.claims)
         units, requests = needs(args.table, store)
         units = chosen(store, units, requests, args.only)
-        done = work(store, units, requests, args.index, args.of)
+        done, failed = work(store, units, requests, args.index, args.of)
+        if failed:
+            print(f"error: worker {args.index}: {len(failed)} unit(s) of {args.table} not built "
+                  f"({', '.join(key for _, key in failed)}); each error is logged above", file=sys.stderr)
+            return 2
         print(f"[reproduce] worker {args.index} of {args.of}: all {len(units)} units of {args.table} are built "
               f"({done} passed through this worker)")
         return 0

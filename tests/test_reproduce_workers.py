@@ -225,3 +225,28 @@ def test_a_claims_seeds_workers_build_for_a_claims_store(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(workers, "needs", lambda table, s: seen.append((s.seed, s.claims_only)) or ([], {}))
     assert workers.main([*argv[3:], "--index", "0"]) == 0 and seen == [(1, True)]
+
+
+def test_a_unit_that_fails_is_left_with_what_needs_it_and_the_rest_is_built(tmp_path, fake_pretrain, monkeypatch):
+    import pretrain.train
+    from reproduce.estimate import run_key
+    fast = pretrain.train.main
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
+    units, requests = workers.needs("fig6", store)
+    broken = [key for kind, key in units if kind == "pretrain"][1]
+
+    def fails_once(argv):
+        return 1 if argv[argv.index("--out") + 1].endswith("/" + broken) else fast(argv)
+    monkeypatch.setattr(pretrain.train, "main", fails_once)
+    _fake_evaluation(monkeypatch, [])
+    result = []
+    worker = threading.Thread(target=lambda: result.append(workers.work(store, units, requests, 0, 1, poll=0.01)),
+                              daemon=True)
+    worker.start()
+    worker.join(30)
+    assert result, "the worker waits forever for a unit whose input failed"
+    done, failed = result[0]
+    evaluation_of_broken = [u for u in units if u[0] == "eval" and run_key(u[1]) == broken]
+    assert failed == [("pretrain", broken), *evaluation_of_broken] and evaluation_of_broken
+    assert done == len(units) - len(failed)                                 # the others are all built
+    assert broken not in fake_pretrain and len(fake_pretrain) == sum(k == "pretrain" for k, _ in units) - 1
