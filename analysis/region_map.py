@@ -269,9 +269,9 @@ def _cell(d: float, se: float) -> str:
 def markdown(table: pd.DataFrame, maps: dict, runs: list[Run], split: str) -> str:
     lines = [f"# Region map: Δ{split} avg@8 after post-training (horizon x quality)", "",
              "Δ ± SE: the run's last evaluation minus its base, in avg@8 points, paired by task (runs in one cell "
-             "pooled over their task pairs). Regions (the paper's rule): unnecessary if avg@8 before >= 90; effective if "
-             "Δ >= +2; otherwise unsupported. \"beyond 2 SE\": whether |Δ| exceeds two standard errors, i.e. whether "
-             "the change can be told from task-to-task noise.", ""]
+             "pooled over their task pairs). Regions (the paper's rule, with noise): unnecessary if avg@8 before >= 90; "
+             "effective if Δ >= +2 and Δ beyond 2 SE (a gain within task-to-task noise is not a gain); otherwise "
+             "unsupported. \"beyond 2 SE\": whether |Δ| exceeds two standard errors.", ""]
     for method, lab in maps.items():
         g = table[table["method"] == method]
         lines += [f"**{method}**", "",

@@ -107,7 +107,8 @@ def region_map(store: Store) -> Report:
             grid[method.upper()] = table.pivot(index="quality", columns="horizon", values=f"{method} {col}").reindex(
                 index=list(QUALITIES), columns=list(DIFFS))
     counts = {m: lab.stack().value_counts().to_dict() for m, lab in maps.items()}
-    report.add("Cells per region (unnecessary: avg@8 already >= 90 before; effective: Δavg@8 >= +2; else unsupported)",
+    report.add("Cells per region (unnecessary: avg@8 already >= 90 before; effective: Δavg@8 >= +2 and beyond 2 SE; "
+               "else unsupported)",
                ["method", "unnecessary", "effective", "unsupported"],
                [[m, c.get("unnecessary", 0), c.get("effective", 0), c.get("unsupported", 0)] for m, c in counts.items()])
     report.results["regions"] = {m: lab.to_dict() for m, lab in maps.items()}
