@@ -31,7 +31,6 @@ from pathlib import Path
 
 from planning_gym.cli import Parser, UsageError, entry
 from pretrain import rundir
-from reproduce.store import has_weights
 
 MANIFEST = "MANIFEST.json"
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
@@ -129,7 +128,7 @@ def save(home: Path, target: Path) -> dict:
             rel = str(path.relative_to(home))
             if path.is_dir():
                 manifest["folders"].append(rel)
-                if (path / CHECKPOINT_RECORD).is_file() and has_weights(path):
+                if (path / CHECKPOINT_RECORD).is_file():     # with weights here, or restored without them
                     manifest["without_weights"].append(rel)
             else:
                 _copy(path, tmp / rel)

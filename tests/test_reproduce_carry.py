@@ -63,6 +63,9 @@ def test_a_carry_keeps_records_and_evaluations_of_finished_artifacts_and_no_weig
     assert manifest["without_weights"] == [f"pretrain/{run.name}/checkpoints/step_000200"]
     samples = where / "eval" / store._eval_dir(run, None).name / "samples.jsonl.gz"
     assert gzip.decompress(samples.read_bytes()).decode().splitlines() == ['{"task": "t", "success": true}'] * 20
+    again = _store(tmp_path / "b")                     # restored and carried on unchanged: the same carry
+    carry.restore(where, again.home)
+    assert carry.save(again.home, carry.carry_dir(tmp_path / "results-b", again.home)) == manifest
 
 
 def test_a_restored_store_reads_numbers_without_training_and_retrains_before_loading_weights(tmp_path, fake_pretrain,
