@@ -13,7 +13,9 @@ order, asking the same store for the same artifacts as the table functions in `r
 (pretraining.py, shaping.py, merge.py, turnopd.py) with their own constants; an artifact counts
 once, against the first table that builds it (its marginal cost in `reproduce all`); with
 --remaining, an artifact the store has already built under today's settings counts as built, not
-as cost -- what a multi-session run at small still has to do.  Budgets
+as cost -- what a multi-session run at small still has to do -- except that a pre-training run
+restored from a carry without its weights is priced once more where work still to build first loads
+it (the store trains it again then, `Store.weights`).  Budgets
 come from the real configs: `pretrain.config.make_config(scale)`, `Store.posttrain_config`,
 `Store.budget` (planning_gym.scales), FLOPs from `pretrain.model`.  Per seed; --seeds N costs N x.
 With --measured (and --remaining) a last column prices what is left at the rates the store's own
@@ -66,7 +68,7 @@ class Plan:
     def _row(self) -> dict:
         return self.rows.setdefault(self.table, dict(pretrain=0, posttrain=0, evals=0, built=0, train_flops=0.0,
                                                      post_update_flops=0.0, post_rollout_flops=0.0, eval_flops=0.0,
-                                                     measured_s=0.0, running=0))
+                                                     measured_s=0.0, running=0, again=0))
 
     def _built(self, kind: str, key: str, cfg=None, corpus: str = "") -> bool:
         """With ``remaining``: is this artifact already in the store, built under today's settings?"""
@@ -126,20 +128,38 @@ class Plan:
             self.requests[key] = dict(family=None if family == cfg.domains else family, steps=steps, **changes)
             self._need(("pretrain", key))
         if self._new("pretrain " + key) and not self._built("pretrain", key):
-            from pretrain.config import make_config
-            from pretrain.model import train_flops_per_token
-            c = make_config(self.scale, steps=steps)
-            row = self._row()
-            row["pretrain"] += 1
-            row["train_flops"] += train_flops_per_token(c, self.n) * c.steps * c.batch_size * c.block_size
-            if self.rates:
-                row["measured_s"] += self.rates.pretrain_s(c.steps * c.batch_size * c.block_size)
+            self._row()["pretrain"] += 1
+            self._price_pretraining(steps)
         return key
+
+    def _price_pretraining(self, steps: int | None) -> None:
+        from pretrain.config import make_config
+        from pretrain.model import train_flops_per_token
+        c = make_config(self.scale, steps=steps)
+        row = self._row()
+        row["train_flops"] += train_flops_per_token(c, self.n) * c.steps * c.batch_size * c.block_size
+        if self.rates:
+            row["measured_s"] += self.rates.pretrain_s(c.steps * c.batch_size * c.block_size)
+
+    def _weights_of(self, model: str | None) -> None:
+        """A model that work still to build loads: a pre-training run restored from a carry holds no
+        weights, so the store trains it again first (`Store.weights`), once; priced like a new one."""
+        if not (self.remaining and model) or model.startswith(POSTTRAINED):
+            return
+        if not self._new("weights " + run_key(model)):
+            return
+        from pretrain import rundir
+        from reproduce.store import _without_weights
+        run = self.store.home / "pretrain" / run_key(model)
+        if rundir.is_finished(run) and _without_weights(run):
+            self._row()["again"] += 1
+            self._price_pretraining(self.requests.get(run_key(model), {}).get("steps"))
 
     def evaluation(self, model: str, corpus: str = "", domains: int = 1) -> None:
         if not corpus and run_key(model) in self.requests:
             self._need(("eval", model))
         if self._new(f"eval {model} {corpus}") and not self._built("eval", model, corpus=corpus):
+            self._weights_of(model)
             row = self._row()
             row["evals"] += 1
             row["eval_flops"] += 2.0 * self.n * self.episode_tokens * self._eval_episodes(domains)
@@ -157,6 +177,8 @@ class Plan:
             self.requests[name] = dict(method=method, student=student, teacher=teacher, overrides=overrides)
             self._need(("posttrain", name))
         if self._new("posttrain " + name) and not self._built("posttrain", name, cfg):
+            self._weights_of(student)
+            self._weights_of(teacher)
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens
             scoring = 0.0 if method == "grpo" else 2.0        # a distilling teacher scores every token once
             splits, bins = len(cfg.eval_split_list), len(cfg.eval_difficulty_list or DIFFICULTIES)
@@ -341,7 +363,9 @@ def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok
         post = update + roll(r["post_rollout_flops"]) / 3600
         ev = roll(r["eval_flops"]) / 3600
         running = f", {r['running']} of them cut off at a checkpoint" if r["running"] else ""
-        rows.append({"table": table, "artifacts": f"{r['pretrain']} pre-train, {r['posttrain']} post-train{running}, "
+        again = f" (+{r['again']} carried, trained again for its weights)" if r["again"] else ""
+        rows.append({"table": table,
+                     "artifacts": f"{r['pretrain']} pre-train{again}, {r['posttrain']} post-train{running}, "
                      f"{r['evals']} eval" + (f" (+{r['built']} already built)" if r["built"] else ""), "built": r["built"],
                      "pretrain_gpu_h": pre, "posttrain_gpu_h": post,
                      "posttrain_update_gpu_h": update, "eval_gpu_h": ev, "total_gpu_h": pre + post + ev,

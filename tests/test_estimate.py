@@ -61,6 +61,7 @@ def test_remaining_leaves_out_what_the_store_has_built(tmp_path):
     base = store.home / "pretrain" / store.corpus_config().name
     for step in (200, 300):                          # tiny: student_step 200, the final checkpoint 300
         (base / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+        (base / "checkpoints" / f"step_{step:06d}" / "model.safetensors").write_bytes(b"\0")   # built here
     (base / "summary.json").write_text("{}")
     ev = store._eval_dir(base / "checkpoints" / "step_000200", None)
     ev.mkdir(parents=True)
@@ -114,3 +115,27 @@ def test_measured_prices_what_is_left_at_the_stores_own_rates(tmp_path):
     assert main(argv[:-2] + ["--measured"]) == 2                # without --remaining
     (run / "metrics.jsonl").unlink()
     assert main(argv) == 2                                      # nothing measured yet: one error line
+
+
+def test_remaining_prices_training_a_carried_model_again_before_work_loads_it(tmp_path):
+    """After `make restore` a finished pre-training run holds no weights, and the first run still to build
+    that loads it (a post-training student, a teacher, a new evaluation) trains it again first: --remaining
+    prices that once, in the first table that needs it; a run with its weights costs nothing."""
+    from reproduce.store import Store
+    store = Store("tiny", tmp_path / "runs", tmp_path / "data")
+    base = store.home / "pretrain" / store.corpus_config().name
+    for step in (200, 300):
+        (base / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+        (base / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").write_text(json.dumps({"step": step}))
+    (base / "summary.json").write_text(json.dumps({"checkpoint": "checkpoints/step_000300"}))
+    argv = ["--scale", "tiny", "--root", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "data"),
+            "--rollout-tok-s", "100", "--remaining"]
+    carried = rows(tmp_path, *argv)
+    for step in (200, 300):
+        (base / "checkpoints" / f"step_{step:06d}" / "model.safetensors").write_bytes(b"\0")
+    local = rows(tmp_path, *argv)
+    again = [t for t, r in carried.items() if "(+1 carried, trained again for its weights)" in r["artifacts"]]
+    assert again == ["fig3-4"]                     # its step-200 evaluation is the first work to load it; once
+    assert not [t for t, r in local.items() if "trained again" in r["artifacts"]]
+    assert carried["fig3-4"]["pretrain_gpu_h"] > local["fig3-4"]["pretrain_gpu_h"]
+    assert carried["fig7"]["pretrain_gpu_h"] == local["fig7"]["pretrain_gpu_h"]
