@@ -363,7 +363,7 @@ def hours(p: Plan, gpu_flops: float, mfu: float, rollout_mfu: float, rollout_tok
         post = update + roll(r["post_rollout_flops"]) / 3600
         ev = roll(r["eval_flops"]) / 3600
         running = f", {r['running']} of them cut off at a checkpoint" if r["running"] else ""
-        again = f" (+{r['again']} carried, trained again for its weights)" if r["again"] else ""
+        again = f" (+{r['again']} carried, trained again for the weights)" if r["again"] else ""
         rows.append({"table": table,
                      "artifacts": f"{r['pretrain']} pre-train{again}, {r['posttrain']} post-train{running}, "
                      f"{r['evals']} eval" + (f" (+{r['built']} already built)" if r["built"] else ""), "built": r["built"],

@@ -134,7 +134,7 @@ def test_remaining_prices_training_a_carried_model_again_before_work_loads_it(tm
     for step in (200, 300):
         (base / "checkpoints" / f"step_{step:06d}" / "model.safetensors").write_bytes(b"\0")
     local = rows(tmp_path, *argv)
-    again = [t for t, r in carried.items() if "(+1 carried, trained again for its weights)" in r["artifacts"]]
+    again = [t for t, r in carried.items() if "(+1 carried, trained again for the weights)" in r["artifacts"]]
     assert again == ["fig3-4"]                     # its step-200 evaluation is the first work to load it; once
     assert not [t for t, r in local.items() if "trained again" in r["artifacts"]]
     assert carried["fig3-4"]["pretrain_gpu_h"] > local["fig3-4"]["pretrain_gpu_h"]
