@@ -38,6 +38,7 @@ from analysis.figures import plot_region_maps, plot_small_multiples
 from analysis.measures import REGIONS, paired_difference, region_labels, task_score
 from analysis.report import md_table
 from planning_gym.cli import Parser, UsageError, entry, prepare_output, read_jsonl
+from pretrain import rundir
 
 DIFFS = ("short", "mid", "long")
 QUALITY_ORDER = ("1opt", "4opt", "4opt4sub", "4opt8sub")        # the paper's rows, best data first
@@ -97,15 +98,10 @@ def read_config(run: Path) -> dict:
     return {**record, "method": str(method), "student": Path(student)}
 
 
-def student_run(student: Path) -> Path:
-    """The run folder of a student given as a run folder or as one of its checkpoints."""
-    return student.parent.parent if (student / "trainer_state.json").is_file() else student
-
-
 def quality_of(record: dict) -> str:
     """The student's pre-training data label: its corpus's ``patterns`` (read from the corpus's
     ``config.json``), else the post-training corpus's, else the student run's folder name."""
-    run = student_run(record["student"])
+    run = rundir.run_of(record["student"])
     corpora = []
     try:
         corpora.append(Path(json.loads((run / "train_config.json").read_text())["data"]))
@@ -127,7 +123,7 @@ def student_evaluation(student: Path) -> Path | None:
     own = samples_file(student)
     if own is not None:
         return own
-    run = student_run(student)
+    run = rundir.run_of(student)
     if run != student:
         try:
             final = Path(json.loads((run / "summary.json").read_text())["checkpoint"])

@@ -76,6 +76,12 @@ def is_finished(run: str | Path) -> bool:
     return (Path(run) / SUMMARY).is_file()
 
 
+def run_of(model: str | Path) -> Path:
+    """The run folder of a model given as the run or as one of its checkpoints (``RUN/checkpoints/step_N``)."""
+    model = Path(model)
+    return model.parent.parent if model.parent.name == CHECKPOINTS else model
+
+
 def metrics_path(run: str | Path) -> Path:
     return Path(run) / METRICS
 

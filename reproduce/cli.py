@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from analysis.report import Report, json_safe, merge_seeds
+from pretrain import rundir
 from reproduce import merge, pretraining, shaping, turnopd
 from reproduce.store import ReproductionError, Store
 
@@ -70,7 +71,6 @@ def _tasks_per_cell(store: Store) -> str:
 def budgets_line(runs) -> str:
     """The post-training budgets the report's runs were trained with, one entry per distinct
     (method, lr, steps, tasks x samples): methods may train at different budgets (planning_gym.scales)."""
-    from pretrain import rundir
     seen = {}
     for run in dict.fromkeys(map(Path, runs)):      # a run several regimes share counts once
         record = rundir.read_train_config(run) if run.is_dir() else None
@@ -90,7 +90,7 @@ def precision_line(runs) -> str:
     ``bf16``; steps logged before the setting existed ran fp32 on this project's CPUs), per kind."""
     from planning_gym.cli import read_jsonl
     counts = {}
-    for run in dict.fromkeys(f.parent.parent if f.parent.name == "checkpoints" else f for f in map(Path, runs)):
+    for run in dict.fromkeys(map(rundir.run_of, runs)):
         kind = "pre-training" if run.parent.name == "pretrain" else "post-training"
         rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r and not r.get("eval")]
         mixed = counts.setdefault(kind, {"bf16": 0, "steps": 0, "runs": []})

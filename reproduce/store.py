@@ -207,7 +207,7 @@ class Store:
         A run another process is training again (it was carried, and is unfinished now) is awaited,
         or with ``wait=False`` reported `Busy`, never handed on half-built."""
         model = Path(model)
-        run = model.parent.parent if model.parent.name == rundir.CHECKPOINTS else model
+        run = rundir.run_of(model)
         if not rundir.is_finished(run):
             with self._exclusive(run):          # its builder holds this lock until the run is finished
                 pass

@@ -150,3 +150,12 @@ def test_weights_missing_a_tensor_are_refused(tmp_path, tokenizer):
     ck.read_checkpoint(path)  # still readable file by file ...
     with pytest.raises(UsageError, match="do not match"):  # ... but a resume would start from random weights
         ck.load_model(path)
+
+
+def test_a_checkpoint_names_its_run():
+    from pathlib import Path
+
+    from pretrain import rundir
+    run = Path("runs") / "pretrain" / "fa-small"
+    assert rundir.run_of(run / "checkpoints" / "step_000400") == run
+    assert rundir.run_of(run) == run and rundir.run_of(str(run)) == run
