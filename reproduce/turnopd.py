@@ -16,6 +16,7 @@ as a scale of the claimed effect, not as the same quantity.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -75,7 +76,7 @@ def main_table(store: Store) -> Report:
     out = store.out("turnopd")
 
     same, least = same_step_table(logs), least_time_table(logs)
-    read = _memo(lambda m, step: samples_at(store, runs[m], step, student))      # each (method, step) read once
+    read = functools.cache(lambda m, step: samples_at(store, runs[m], step, student))   # each (method, step) once
     at = {when: {m: read(m, table.loc[m, "eval_step"]) for m in runs}
           for when, table in (("same", same), ("least", least))}
     vs = {when: {m: paired_difference(s[m], s["OPD"], "ID") for m in runs if m != "OPD"} for when, s in at.items()}
@@ -144,11 +145,6 @@ def samples_at(store: Store, run: Path, step: int | None, student: Path) -> list
     if not step:
         return store.samples(student, splits=("ID",))
     return read_jsonl(step_evaluations(run)[int(step)])
-
-
-def _memo(f):
-    cache = {}
-    return lambda *key: cache[key] if key in cache else cache.setdefault(key, f(*key))
 
 
 def _versus(diff: tuple[float, float, int] | None) -> str:
