@@ -142,16 +142,17 @@ class Plan:
             row["measured_s"] += self.rates.pretrain_s(c.steps * c.batch_size * c.block_size)
 
     def _weights_of(self, model: str | None) -> None:
-        """A model that work still to build loads: a pre-training run restored from a carry holds no
-        weights, so the store trains it again first (`Store.weights`), once; priced like a new one."""
+        """A model that work still to build loads: a pre-training checkpoint restored from a carry
+        without its weights makes the store train its run again first (`Store.weights`), once;
+        priced like a new one."""
         if not (self.remaining and model) or model.startswith(POSTTRAINED):
-            return
-        if not self._new("weights " + run_key(model)):
             return
         from pretrain import rundir
         from reproduce.store import _without_weights
-        run = self.store.home / "pretrain" / run_key(model)
-        if rundir.is_finished(run) and _without_weights(run):
+        path = model_path(self.store, model)
+        if not (rundir.is_finished(rundir.run_of(path)) and _without_weights(path)):
+            return
+        if self._new("weights " + run_key(model)):
             self._row()["again"] += 1
             self._price_pretraining(self.requests.get(run_key(model), {}).get("steps"))
 
