@@ -37,26 +37,27 @@ def test_two_workers_build_a_tables_models_once_each_two_at_a_time_base_first(tm
         out = argv[argv.index("--out") + 1]
         log.append(("pretrain start", out.rsplit("/", 1)[-1], time.time()))
         time.sleep(0.3)
+        log.append(("pretrain end", out.rsplit("/", 1)[-1], time.time()))
         return fast(argv)
     monkeypatch.setattr(pretrain.train, "main", slow)
     _fake_evaluation(monkeypatch, log)
     stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
     units, requests = workers.needs("fig6", stores[0])
     assert units[0] == ("pretrain", "fa-tiny") and sum(k == "pretrain" for k, _ in units) == 4
-    t0 = time.time()
     threads = [threading.Thread(target=workers.work, args=(s, units, requests, i, 2), kwargs={"poll": 0.05})
                for i, s in enumerate(stores)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.time() - t0
     assert sorted(fake_pretrain) == sorted(key for kind, key in units if kind == "pretrain")    # each once
     starts = {name: at for what, name, at in log if what == "pretrain start"}
     base_done = starts["fa-tiny"] + 0.3
     assert all(at >= base_done - 0.05 for name, at in starts.items() if name != "fa-tiny")     # base first
     assert len([e for e in log if e[0] == "eval start"]) == 4                                 # each model once
-    assert wall < 0.3 * 4 + 0.2 * 4 - 0.5           # serial: 2.0 s; two at a time after the base: ~1.3 s
+    ends = {name: at for what, name, at in log if what == "pretrain end"}
+    members = sorted(name for name in starts if name != "fa-tiny")
+    assert any(starts[a] < ends[b] and starts[b] < ends[a] for a in members for b in members if a < b)  # two at a time
 
 
 def test_a_store_that_does_not_wait_says_busy_and_the_plan_leaves_out_its_guesses(tmp_path):
