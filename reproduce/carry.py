@@ -17,9 +17,9 @@ local artifact. A half-trained run is not carried: its progress is its weights.
 One kind of weights is carried: the model (not its optimiser or RNG state) of every checkpoint that
 post-training starts from or learns from -- a student or teacher that a post-training run of the
 store names (``train_config.json``) or that the reproductions will ask for -- where those weights
-are here. They are few (a student and a teacher per family; ~21 MB each at small), do not
-change once written (so a second carry of them adds nothing to the repository's history), and
-without them every new machine spends ~40 min a model training them again before any
+are here. There are 16 at small (Fig. 7's four, Table 4's crossed teacher, MOPD's eleven; ~19 MB
+each); they do not change once written (so a second carry of them adds nothing to the repository's
+history), and without them every new machine spends ~45 min a model training them again before any
 post-training can start -- on a machine that keeps nothing between sessions, most of a session.
 
 After a restore the store treats a carried run as built: a table that only needs its evaluations
@@ -43,7 +43,7 @@ from pretrain import rundir
 
 MANIFEST = "MANIFEST.json"
 MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "config.json", "generation_config.json",
-               "tokenizer.json", "tokenizer_config.json")    # what loading a checkpoint as a model reads
+               "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")   # what loading a checkpoint reads
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
 LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
 CHECKPOINT_RECORD = "trainer_state.json"                     # all a checkpoint folder keeps of itself
