@@ -313,7 +313,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                 p.posttrained(f"fig9-{m}-4opt4sub-long", m, student=student, teacher=teacher if m == "opd" else None,
                               difficulties="long", eval_every=0, ckpt_every=1, keep_checkpoints=0)
         elif t == "table4":
-            a, b = p.pretrained(), p.pretrained(recipe="B")
+            a, b = p.pretrained(), p.pretrained(**shaping.crossed_teacher(p.store))
             for arm, teacher in (("matched", a), ("crossed", b)):
                 p.posttrained(f"table4-opd-{arm}", "opd", student=f"{a}@student", teacher=teacher,
                               topk=shaping.PHYSICS_OPD_TOPK, eval_at_start=False, eval_every=0)

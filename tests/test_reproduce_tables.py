@@ -32,6 +32,7 @@ from pretrain.tokenizer import save_tokenizer
 from reproduce import cli, pretraining
 from reproduce.paper_numbers import fmt
 from reproduce.merge import final_checkpoint
+from reproduce.shaping import crossed_teacher
 from reproduce.store import Store, _slug
 from test_rollout import assets  # noqa: F401  (session fixture: tiny corpus, tokenizer, random model)
 
@@ -349,7 +350,7 @@ def check_table4(store, r, md):
         assert r["crossed vs matched %"]["ID"] == pytest.approx(100 * (c - m) / m)
     m, c = (run_score(store, n, "OOD") for n in ("table4-opd-matched", "table4-opd-crossed"))
     assert r["crossed vs matched %"]["OOD"] == pytest.approx(100 * (c - m) / m)
-    on_a = key_of(store, store.pretrained(recipe="B"), store.corpus())
+    on_a = key_of(store, store.pretrained(**crossed_teacher(store)), store.corpus())
     assert r["teacher B on recipe-A tasks"]["OOD"] == pytest.approx(fake_score(on_a, "OOD", "all"))
     student = key_of(store, store.checkpoint(store.pretrained()))
     assert r["student A (before)"]["ID"] == pytest.approx(fake_score(student, "ID", "all"))
@@ -603,3 +604,12 @@ def test_claims_seeds_build_only_the_claims_cell_and_pool_its_contrasts(store):
     assert merged["merged"]["scaling"]["per_seed"][1] is None and merged["merged"]["ID/long"]["gain"]["n"] == 2
     assert len(merged["contrasts"]) == SCOREBOARD["fig3-4"]
     assert all(c["seeds"] == 2 for c in merged["contrasts"].values())
+
+
+def test_table4s_crossed_teacher_holds_fewer_test_tasks_only_where_its_world_has_too_few(tmp_path):
+    """At small the multi-path world has ~122 mid tasks new to recipe B's training plans, fewer than the
+    scale's 160 a bin: the crossed teacher's corpus is asked for 100 (and could be built: 83 s to sample);
+    at tiny (16 a bin) it is the plain recipe-B corpus."""
+    tiny, small = (Store(scale, tmp_path / "runs", tmp_path / "data") for scale in ("tiny", "small"))
+    assert crossed_teacher(tiny) == {"recipe": "B"} and tiny.corpus_config(**crossed_teacher(tiny)).name == "fa-tiny-recipeB"
+    assert small.corpus_config(**crossed_teacher(small)).n_test_per_bin == 100 < small.corpus_config().n_test_per_bin
