@@ -39,7 +39,7 @@ help:
 	@echo "make reproduce-all [SCALE=tiny] [JOBS=2]          every table, in dependency order, reusing artifacts"
 	@echo "make publish TABLE=fig3-4 SCALE=small            copy a reproduction's table, results and PNGs into results/ (tracked);"
 	@echo "                                                 then rewrite results/README.md's scoreboard from them"
-	@echo "make carry SCALE=small [SEED=0] / make restore ...  finished artifacts (weights: post-training inputs only) to/from results/<scale>/carry/"
+	@echo "make carry SCALE=small [SEED=0] / make restore ...  finished artifacts, no weights, to/from results/<scale>/carry/"
 	@echo "make bench-gym | bench-train | bench-rollout | bench-update   speed checks against same-run baselines"
 	@echo "make vllm                                          the optional vLLM backend in .venv-vllm (--backend vllm)"
 
@@ -138,7 +138,7 @@ publish: $(STAMP)
 	$(BIN)/python -m reproduce.publish $(TABLE) --scale $(SCALE) --runs $(RUNS_ROOT)
 	$(BIN)/python -m reproduce.scoreboard
 
-# A store's finished work, weights only of post-training's inputs, to carry to another machine or session (reproduce.carry)
+# A store's finished work without its weights, to carry to another machine or session (reproduce.carry)
 carry restore: $(STAMP)
 	@test -n "$(SCALE)" || { echo "error: make $@ needs SCALE=..."; exit 2; }
 	$(BIN)/python -m reproduce.carry $(subst carry,save,$@) --scale $(SCALE) --seed $(SEED) --root $(RUNS_ROOT)

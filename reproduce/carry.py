@@ -1,5 +1,4 @@
-"""Carry a store's finished work from one machine (or working session) to the next, with the weights
-only of the models that post-training starts from or learns from.
+"""Carry a store's finished work from one machine (or working session) to the next, without weights.
 
     python -m reproduce.carry save|restore --scale small [--seed S] [--root runs/reproduce] [--results results]
 
@@ -13,14 +12,6 @@ store's samples have no ``text``). ``save`` copies exactly those of
 every *finished* artifact of the store's home into ``results/<scale>/carry/<home>/`` (JSONL files
 gzipped), with a manifest of the folders it came from; ``restore`` puts them back, never over a
 local artifact. A half-trained run is not carried: its progress is its weights.
-
-One kind of weights is carried: the model (not its optimiser or RNG state) of every checkpoint that
-post-training starts from or learns from -- a student or teacher that a post-training run of the
-store names (``train_config.json``) or that the reproductions will ask for -- where those weights
-are here. There are 16 at small (Fig. 7's four, Table 4's crossed teacher, MOPD's eleven; ~19 MB
-each); they do not change once written (so a second carry of them adds nothing to the repository's
-history), and without them every new machine spends ~45 min a model training them again before any
-post-training can start -- on a machine that keeps nothing between sessions, most of a session.
 
 After a restore the store treats a carried run as built: a table that only needs its evaluations
 costs nothing, and one that needs its weights (a student, a teacher, a new evaluation) makes the
@@ -42,8 +33,6 @@ from planning_gym.cli import Parser, UsageError, entry
 from pretrain import rundir
 
 MANIFEST = "MANIFEST.json"
-MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "config.json", "generation_config.json",
-               "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")   # what loading a checkpoint reads
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
 LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
 CHECKPOINT_RECORD = "trainer_state.json"                     # all a checkpoint folder keeps of itself
@@ -76,56 +65,14 @@ def _complete_evaluation(folder: Path) -> bool:
         return False
 
 
-def post_training_inputs(home: Path, planned=()) -> list[str]:
-    """The checkpoints (relative to ``home``) that post-training starts from or learns from, with their
-    weights here: each student and teacher a post-training run under ``home`` names (its
-    ``train_config.json``), and ``planned`` (the reproductions' own, `planned_inputs`); a run stands
-    for its final checkpoint."""
-    from pretrain.checkpoint import final_checkpoint
-    from reproduce.store import has_weights
-    models = list(planned)
-    for config in sorted((home / "posttrain").rglob(rundir.TRAIN_CONFIG)):
-        try:
-            saved = json.loads(config.read_text())
-        except (OSError, ValueError):
-            continue
-        models += [_in_home(home, n) for n in (saved.get("student"), saved.get("teacher")) if isinstance(n, str)]
-    found = set()
-    for model in (Path(m) for m in models if m is not None):
-        if not (model / CHECKPOINT_RECORD).is_file():
-            model = final_checkpoint(model) if rundir.is_finished(model) else None
-        if model is not None and _within(str(model), str(home)) and has_weights(model):
-            found.add(str(model.relative_to(home)))
-    return sorted(found)
-
-
-def planned_inputs(store) -> list[Path]:
-    """Every student and teacher the reproductions at the store's scale post-train from (built or not)."""
-    from reproduce.estimate import POSTTRAINED, model_path, plan
-    keys = {k for r in plan(store.scale, store=store).requests.values() for k in (r.get("student"), r.get("teacher"))}
-    return sorted(model_path(store, k) for k in keys if k and not k.startswith(POSTTRAINED))
-
-
-def _in_home(home: Path, named: str) -> Path | None:
-    """``named`` (as a run recorded it: relative to where the store ran, or absolute) as a path under
-    ``home``, or None: matched by the part from its ``pretrain``/``posttrain`` folder on."""
-    parts = Path(named).parts
-    for i in range(len(parts) - 1, -1, -1):
-        if parts[i] in ("pretrain", "posttrain") and (home / Path(*parts[i:])).is_dir():
-            return home / Path(*parts[i:])
-    return None
-
-
 def _without_text(sample: dict) -> dict:
     return {k: v for k, v in sample.items() if k != "text"}
 
 
-def _kept(path: Path, artifact: Path, inputs: set[Path] = frozenset()) -> bool:
+def _kept(path: Path, artifact: Path) -> bool:
     rel = path.relative_to(artifact)
     if rundir.CHECKPOINTS in rel.parts[:-1] and path.is_file() and path.name != CHECKPOINT_RECORD:
-        # a checkpoint is its weights, its record says it exists (Store.checkpoint); a post-training
-        # input keeps its model
-        return path.parent in inputs and path.name in MODEL_FILES
+        return False       # a checkpoint is its weights; its record says it exists (Store.checkpoint)
     return not (any(rel.match(p) for p in LEFT_OUT) or any(part in LEFT_OUT_DIRS for part in rel.parts)
                 or any(part.startswith((".tmp-", ".old-")) or part.endswith(".lock") for part in rel.parts))
 
@@ -162,9 +109,8 @@ def _within(rel: str, artifact: str) -> bool:
     return rel == artifact or rel.startswith(artifact + "/")
 
 
-def save(home: Path, target: Path, planned=()) -> dict:
-    """Copy the finished artifacts of ``home`` (records and evaluations; weights only of post-training's
-    inputs, those named by its runs and ``planned``) to ``target``,
+def save(home: Path, target: Path) -> dict:
+    """Copy the finished artifacts of ``home`` (records and evaluations, no weights) to ``target``,
     replacing what was there in one rename; returns the manifest. An artifact the previous carry
     held that is no longer finished here (a carried run being trained again) keeps its carried copy:
     a carry never loses finished work."""
@@ -173,26 +119,25 @@ def save(home: Path, target: Path, planned=()) -> dict:
         raise UsageError(f"{home} does not exist: nothing to carry (build something with `python -m reproduce` first)")
     tmp = target.parent / f".tmp-{target.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    manifest = {"home": home.name, "artifacts": [], "folders": [], "without_weights": [], "weights": []}
-    inputs = {home / rel for rel in post_training_inputs(home, planned)}
+    manifest = {"home": home.name, "artifacts": [], "folders": [], "without_weights": []}
     for artifact in finished_artifacts(home):
         manifest["artifacts"].append(str(artifact.relative_to(home)))
         for path in sorted(artifact.rglob("*")):
-            if not _kept(path, artifact, inputs):
+            if not _kept(path, artifact):
                 continue
             rel = str(path.relative_to(home))
             if path.is_dir():
                 manifest["folders"].append(rel)
                 if (path / CHECKPOINT_RECORD).is_file():     # with weights here, or restored without them
-                    manifest["weights" if path in inputs else "without_weights"].append(rel)
+                    manifest["without_weights"].append(rel)
             else:
                 _copy(path, tmp / rel)
     if (target / MANIFEST).is_file():
         old = _read_manifest(target)
         for artifact in (a for a in old["artifacts"] if a not in manifest["artifacts"]):
             manifest["artifacts"].append(artifact)
-            for key in ("folders", "without_weights", "weights"):
-                manifest[key] += [f for f in old.get(key, []) if _within(f, artifact)]
+            for key in ("folders", "without_weights"):
+                manifest[key] += [f for f in old[key] if _within(f, artifact)]
             for path in (target / artifact).rglob("*") if (target / artifact).is_dir() else ():
                 if path.is_file():
                     (tmp / path.relative_to(target)).parent.mkdir(parents=True, exist_ok=True)
@@ -208,8 +153,7 @@ def save(home: Path, target: Path, planned=()) -> dict:
 def restore(source: Path, home: Path) -> list[str]:
     """Put a carried store back under ``home``: each carried artifact of which nothing is there yet
     (a local one, finished or half-built, is left alone), JSONL files unzipped, its folders
-    recreated (checkpoint folders without their weights, but for post-training's inputs). Returns
-    the artifacts restored."""
+    recreated (checkpoint folders without their weights). Returns the artifacts restored."""
     source, home = Path(source), Path(home)
     manifest = _read_manifest(source)
     restored = [a for a in manifest["artifacts"] if not (home / a).exists()]
@@ -247,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(check_scale(args.scale), Path(args.root), seed=args.seed)
         where = carry_dir(Path(args.results), store.home)
         if args.action == "save":
-            m = save(store.home, where, planned_inputs(store))
+            m = save(store.home, where)
             size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
             print(f"carried {len(m['artifacts'])} finished artifacts of {store.home} to {where} "
-                  f"({size / 1e6:.1f} MB; the weights of {len(m['weights'])} post-training inputs, no others)")
+                  f"({size / 1e6:.1f} MB, no weights)")
         else:
             done = restore(where, store.home)
             print(f"restored {len(done)} artifacts into {store.home} from {where}"
-                  + (" (a run carried without weights is retrained when they are needed)" if done else ""))
+                  + (" (runs are retrained when their weights are needed)" if done else ""))
         return 0
     return entry(go)
 

@@ -142,17 +142,16 @@ class Plan:
             row["measured_s"] += self.rates.pretrain_s(c.steps * c.batch_size * c.block_size)
 
     def _weights_of(self, model: str | None) -> None:
-        """A model that work still to build loads: a pre-training checkpoint restored from a carry
-        without its weights makes the store train its run again first (`Store.weights`), once;
-        priced like a new one."""
+        """A model that work still to build loads: a pre-training run restored from a carry holds no
+        weights, so the store trains it again first (`Store.weights`), once; priced like a new one."""
         if not (self.remaining and model) or model.startswith(POSTTRAINED):
+            return
+        if not self._new("weights " + run_key(model)):
             return
         from pretrain import rundir
         from reproduce.store import _without_weights
-        path = model_path(self.store, model)
-        if not (rundir.is_finished(rundir.run_of(path)) and _without_weights(path)):
-            return
-        if self._new("weights " + run_key(model)):
+        run = self.store.home / "pretrain" / run_key(model)
+        if rundir.is_finished(run) and _without_weights(run):
             self._row()["again"] += 1
             self._price_pretraining(self.requests.get(run_key(model), {}).get("steps"))
 
@@ -313,7 +312,7 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
                 p.posttrained(f"fig9-{m}-4opt4sub-long", m, student=student, teacher=teacher if m == "opd" else None,
                               difficulties="long", eval_every=0, ckpt_every=1, keep_checkpoints=0)
         elif t == "table4":
-            a, b = p.pretrained(), p.pretrained(**shaping.crossed_teacher(p.store))
+            a, b = p.pretrained(), p.pretrained(recipe="B")
             for arm, teacher in (("matched", a), ("crossed", b)):
                 p.posttrained(f"table4-opd-{arm}", "opd", student=f"{a}@student", teacher=teacher,
                               topk=shaping.PHYSICS_OPD_TOPK, eval_at_start=False, eval_every=0)

@@ -116,38 +116,6 @@ def test_a_carried_student_is_trained_again_before_post_training_reads_it(tmp_pa
     assert seen == [([student.parent.parent.name], student)]
 
 
-def test_the_models_post_training_starts_from_or_learns_from_are_carried_with_their_weights(tmp_path, fake_pretrain):
-    """A student's and a teacher's model files travel (so a new machine starts post-training at once,
-    instead of training them again); their optimiser and RNG states, and every other checkpoint, don't."""
-    old = _store(tmp_path / "a")
-    run = _finished_pretrain(old)
-    other = run.parent / "unused"
-    (other / "checkpoints" / "step_000200").mkdir(parents=True)
-    (other / "checkpoints" / "step_000200" / "trainer_state.json").write_text("{}")
-    (other / "checkpoints" / "step_000200" / "model.safetensors").write_bytes(b"\0" * 8)
-    (other / "summary.json").write_text('{"checkpoint": "checkpoints/step_000200"}')
-    student = Path("runs/reproduce") / old.home.name / "pretrain" / run.name / "checkpoints" / "step_000200"
-    cut_off = old.home / "posttrain" / "opd-x"             # unfinished: it still names what it reads
-    cut_off.mkdir(parents=True)
-    (cut_off / "train_config.json").write_text(json.dumps({"student": str(student), "teacher": str(run)}))
-    assert carry.post_training_inputs(old.home) == [f"pretrain/{run.name}/checkpoints/step_000200"]
-    assert carry.post_training_inputs(old.home, [other, run.parent / "not-built"]) == \
-        [f"pretrain/{run.name}/checkpoints/step_000200", "pretrain/unused/checkpoints/step_000200"]
-    assert old.home / "pretrain" / run.name in carry.planned_inputs(old)     # Fig. 7's teacher, among others
-    where = carry.carry_dir(tmp_path / "results", old.home)
-    manifest = carry.save(old.home, where)
-    ckpt = where / "pretrain" / run.name / "checkpoints" / "step_000200"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors", "trainer_state.json"]
-    assert manifest["weights"] == [f"pretrain/{run.name}/checkpoints/step_000200"]
-    assert manifest["without_weights"] == ["pretrain/unused/checkpoints/step_000200"]
-
-    store = _store(tmp_path / "b")
-    carry.restore(where, store.home)
-    assert store.weights(store.checkpoint(store.pretrained(), 200)).is_dir()
-    assert store.weights(store.pretrained()) and fake_pretrain == []      # nothing trained again
-    assert carry.save(store.home, carry.carry_dir(tmp_path / "results-b", store.home))["weights"] == []  # no run names it here
-
-
 def test_restore_never_overwrites_and_a_model_the_store_was_not_asked_for_is_refused(tmp_path, fake_pretrain):
     old = _store(tmp_path / "a")
     run = _finished_pretrain(old)
