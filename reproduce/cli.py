@@ -105,16 +105,51 @@ def precision_line(runs) -> str:
     return ("Precision of training: " + "; ".join(parts) + "; rollouts and evaluations fp32.") if parts else ""
 
 
+def logged_wall(run: Path) -> float:
+    """Seconds a run trained, from its own log: a post-training run's ``train_wall_s``; a
+    pre-training run's tokens between logged rows over that interval's ``tok_per_s``."""
+    from planning_gym.cli import read_jsonl
+    summary = rundir.read_summary(run) or {}
+    if "train_wall_s" in summary:
+        return float(summary["train_wall_s"])
+    rows = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl") if r.get("tok_per_s")}  # a resumed step once
+    seen, wall = 0, 0.0
+    for step in sorted(rows):
+        wall += (rows[step]["tokens_seen"] - seen) / rows[step]["tok_per_s"]
+        seen = rows[step]["tokens_seen"]
+    return wall
+
+
+def artifact_walls(runs, evaluations: dict[str, float]) -> dict[str, float]:
+    """Seconds of wall-clock the report's artifacts logged when they were built (here or on an
+    earlier day), per kind; each run and evaluation counted once however often the table reads it."""
+    walls = {"pre-training": 0.0, "post-training": 0.0}
+    for run in dict.fromkeys(map(rundir.run_of, map(Path, runs))):
+        if (run / "metrics.jsonl").is_file():
+            walls["pre-training" if run.parent.name == "pretrain" else "post-training"] += logged_wall(run)
+    walls["evaluation"] = sum(evaluations.values())
+    return walls
+
+
+def compute_line(walls: dict[str, float], seconds: float) -> str:
+    """This command's time beside its artifacts' (a table assembled from carried artifacts takes
+    minutes, the artifacts took hours)."""
+    parts = ", ".join(f"{kind} {wall / 3600:.1f} h" for kind, wall in walls.items() if wall)
+    return (f"This command took {seconds / 60:.1f} min; its artifacts logged {parts} of wall-clock when they "
+            "were built (one process each)." if parts else f"This command took {seconds / 60:.1f} min.")
+
+
 def write(report: Report, store: Store, table_id: str, seconds: float, seeds: list[Store] | None = None) -> Path:
     """``table.md``, ``results.json`` and ``config.json`` into the table's folder; for a report
     merged over the stores ``seeds``: ``seeds.md``, ``seeds_results.json`` and ``seeds_config.json``."""
     out = store.out(table_id)
     stem, prefix = ("seeds", "seeds_") if seeds else ("table", "")
     budgets = " ".join(filter(None, (budgets_line(report.runs), precision_line(report.runs))))
+    walls = artifact_walls(report.runs, {k: v for st in (seeds or [store]) for k, v in st.evaluations_read.items()})
     head = [f"# {report.title}", "",
             f"Scale `{store.scale}`; evaluation K=8 at temperature 0.4, step limit 20, "
             f"{_tasks_per_cell(store)} per (split, difficulty) cell. "
-            f"Built in {seconds / 60:.1f} min (including artifacts it had to build). "
+            + compute_line(walls, seconds) + " "
             "`paper` columns are the papers' numbers where they give them (SPEC §8); `–` where they do not."
             + (f" {budgets}" if budgets else ""), ""]
     body = [s + "\n" for s in report.sections]
@@ -128,7 +163,7 @@ def write(report: Report, store: Store, table_id: str, seconds: float, seeds: li
     (out / f"{prefix}config.json").write_text(json.dumps(
         {"table": table_id, "title": report.title, "commit": git_commit(),
          **({"stores": [s.describe() for s in seeds]} if seeds else {"store": store.describe()}),
-         "seconds": round(seconds, 1), "runs": [str(r) for r in report.runs]}, indent=1, default=str))
+         "seconds": round(seconds, 1), "artifact_wall_s": {k: round(v, 1) for k, v in walls.items()}, "runs": [str(r) for r in report.runs]}, indent=1, default=str))
     return out
 
 

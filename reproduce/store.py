@@ -73,6 +73,8 @@ class Store:
     # how to build each artifact this process has asked for again, should it have been carried without
     # its weights (reproduce.carry): artifact -> a function that rebuilds it
     _origins: dict = field(default_factory=dict, repr=False, compare=False)
+    # every evaluation this process has read (built or cached): folder -> the seconds it took to build
+    evaluations_read: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         if self.scale not in BUDGETS:
@@ -144,12 +146,12 @@ class Store:
                     if part.name != rundir.TOKENIZER:
                         shutil.rmtree(part) if part.is_dir() else part.unlink()
             data = self.corpus(**changes)
-            if run.name.partition("@")[0] != base.name:
-                base_run = self.pretrained(domains=family)
-                if not (run / rundir.TOKENIZER / "tokenizer.json").is_file():
-                    shutil.rmtree(run / rundir.TOKENIZER, ignore_errors=True)
-                    run.mkdir(parents=True, exist_ok=True)
-                    shutil.copytree(base_run / rundir.TOKENIZER, run / rundir.TOKENIZER)
+            if run.name.partition("@")[0] != base.name and not (run / rundir.TOKENIZER / "tokenizer.json").is_file():
+                # only the base's tokenizer is needed: take it while the base trains (or trains again)
+                tokenizer = self.base_tokenizer(family) or self.pretrained(domains=family) / rundir.TOKENIZER
+                shutil.rmtree(run / rundir.TOKENIZER, ignore_errors=True)
+                run.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(tokenizer, run / rundir.TOKENIZER)
             from pretrain.checkpoint import latest_checkpoint
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] pre-train {run}{' (resuming)' if resume else ''}")
@@ -161,6 +163,17 @@ class Store:
             if carried_losses:
                 self._check_retrained(run, carried_losses)
             return run
+
+    def base_tokenizer(self, family: tuple[str, ...]) -> Path | None:
+        """The family base's tokenizer folder once it is whole (it is written before the base trains,
+        and kept when a carried base trains again), else None: a family member needs nothing else
+        of its base, so it need not wait for the base's training."""
+        tokenizer = self.home / "pretrain" / self.corpus_config(domains=family).name / rundir.TOKENIZER
+        try:
+            json.loads((tokenizer / "tokenizer.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return tokenizer
 
     def _check_retrained(self, run: Path, carried: dict[int, float]) -> None:
         """A carried run's evaluations were sampled from its old weights, and tables pair them with runs
@@ -290,20 +303,25 @@ class Store:
         model = Path(model)
         reused = corpus is None and self._final_eval(model, splits, difficulties)
         if reused:
-            return reused
+            return self._read(reused["_dir"], reused)
         out = self._eval_dir(model, corpus)
         with self._exclusive(out):
             if (out / "summary.json").is_file():
                 cached = json.loads((out / "summary.json").read_text())
                 if self._same_protocol(cached, splits, difficulties):
-                    return cached
+                    return self._read(out, cached)
                 self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
             net, tok, data = load_model_and_tokenizer(run_dir=self.weights(model))
             corpus = Path(corpus or data)
             self.log(f"[reproduce] evaluate {model} on {corpus.name}")
             tasks = self.budget["eval_tasks_per_cell"] or None
-            return evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed, out_dir=out,
-                            splits=splits, difficulties=difficulties, progress=False)
+            return self._read(out, evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed,
+                                            out_dir=out, splits=splits, difficulties=difficulties, progress=False))
+
+    def _read(self, folder, summary: dict) -> dict:
+        """``summary``, noting what its evaluation cost when it was built (a table reports it)."""
+        self.evaluations_read[str(folder)] = float(summary.get("seconds") or 0.0)
+        return summary
 
     def samples(self, model: Path, corpus: Path | None = None, splits: tuple[str, ...] = ("ID", "OOD"),
                 difficulties: tuple[str, ...] | None = None) -> list[dict]:

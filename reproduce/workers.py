@@ -11,7 +11,7 @@ from three students. A 2-core machine or a 2-GPU node can build them two at a ti
 what a table needs comes from `reproduce.estimate.plan`, which mirrors the table modules. Worker
 ``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
-its base, an evaluation its run, a post-training its student and teacher, an MOPD stage the stage
+its base's tokenizer, so it trains beside a carried base, an evaluation its run, a post-training its student and teacher, an MOPD stage the stage
 before it), and skips one whose lock another worker holds, coming back to it. A unit that fails is
 logged and left, with the units that need it; the worker builds the rest, then exits with status 2,
 so one error does not idle a core for the rest of an unattended session. Anything the plan
@@ -63,8 +63,19 @@ def unit_of(run: str) -> tuple[str, str]:
 
 
 def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
-    return all(rundir.is_finished(store.home / kind / name)
-               for kind, name in map(unit_of, inputs(store, unit, requests)))
+    return has_base_tokenizer(store, unit, requests) or all(
+        rundir.is_finished(store.home / kind / name) for kind, name in map(unit_of, inputs(store, unit, requests)))
+
+
+def has_base_tokenizer(store: Store, unit: tuple[str, str], requests: dict) -> bool:
+    """A family member needs only its base's tokenizer, which exists before the base has trained
+    (and is carried with it): it starts beside its base rather than after it."""
+    kind, key = unit
+    if kind != "pretrain" or not inputs(store, unit, requests):
+        return False
+    request = requests[key]
+    domains = store.corpus_config(**{k: v for k, v in request.items() if k not in ("family", "steps")}).domains
+    return store.base_tokenizer(tuple(request["family"] or domains)) is not None
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
@@ -74,7 +85,7 @@ def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
     rebuilt before anything trains on it."""
     from reproduce.estimate import model_path
     kind, key = unit
-    for needed in map(unit_of, inputs(store, unit, requests)):
+    for needed in [] if has_base_tokenizer(store, unit, requests) else map(unit_of, inputs(store, unit, requests)):
         if needed != unit and needed[1] in requests:
             build(store, needed, requests)
     if kind == "pretrain":

@@ -60,6 +60,42 @@ def test_two_workers_build_a_tables_models_once_each_two_at_a_time_base_first(tm
     assert any(starts[a] < ends[b] and starts[b] < ends[a] for a in members for b in members if a < b)  # two at a time
 
 
+def test_a_family_member_starts_beside_its_base_once_the_base_has_a_tokenizer(tmp_path, fake_pretrain,
+                                                                           monkeypatch):
+    """A member needs only its base's tokenizer: a base that already has one (carried without its
+    weights, training again) does not hold its members back, and they take that tokenizer."""
+    import pretrain.train
+    log = []
+    fast = pretrain.train.main
+
+    def slow(argv):
+        out = argv[argv.index("--out") + 1].rsplit("/", 1)[-1]
+        log.append(("start", out, time.time()))
+        time.sleep(0.3)
+        log.append(("end", out, time.time()))
+        return fast(argv)
+    monkeypatch.setattr(pretrain.train, "main", slow)
+    _fake_evaluation(monkeypatch, [])
+    stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
+    units, requests = workers.needs("fig6", stores[0])
+    tokenizer = stores[0].home / "pretrain" / "fa-tiny" / "tokenizer" / "tokenizer.json"
+    tokenizer.parent.mkdir(parents=True)
+    tokenizer.write_text(json.dumps({"trained_for": "the base"}))      # the base's, before it has trained
+    assert workers.ready(stores[0], units[1], requests)
+    threads = [threading.Thread(target=workers.work, args=(s, units, requests, i, 2), kwargs={"poll": 0.05})
+               for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    starts = {name: at for what, name, at in log if what == "start"}
+    ends = {name: at for what, name, at in log if what == "end"}
+    assert any(starts[m] < ends["fa-tiny"] for m in starts if m != "fa-tiny")       # beside the base
+    for member in (k for kind, k in units if kind == "pretrain" and k != "fa-tiny"):
+        copied = stores[0].home / "pretrain" / member / "tokenizer" / "tokenizer.json"
+        assert json.loads(copied.read_text()) == {"trained_for": "the base"}
+
+
 def test_a_store_that_does_not_wait_says_busy_and_the_plan_leaves_out_its_guesses(tmp_path):
     store = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None, wait=False)
     other = Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None)
