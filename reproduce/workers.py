@@ -11,8 +11,8 @@ from three students. A 2-core machine or a 2-GPU node can build them two at a ti
 what a table needs comes from `reproduce.estimate.plan`, which mirrors the table modules. Worker
 ``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
-its base's tokenizer, so it trains beside a carried base, an evaluation its run, a post-training its student and teacher, an MOPD stage the stage
-before it), and skips one whose lock another worker holds, coming back to it. A unit that fails is
+its base's tokenizer, so it trains beside a carried base; an evaluation its run; a post-training its
+student and teacher; an MOPD stage the stage before it), and skips one whose lock another worker holds, coming back to it. A unit that fails is
 logged and left, with the units that need it; the worker builds the rest, then exits with status 2,
 so one error does not idle a core for the rest of an unattended session. Anything the plan
 cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
