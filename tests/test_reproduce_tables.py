@@ -492,7 +492,8 @@ def test_table_builds_end_to_end(store, table_id):
     results = json.loads((out / "results.json").read_text())
     assert md.startswith(f"# {config['title']}\n") and config["table"] == table_id
     assert config["runs"] and all(Path(run).exists() for run in config["runs"])
-    assert "This command took" in md and sum(config["artifact_wall_s"].values()) > 0   # what its artifacts cost
+    assert "This command took" in md
+    assert set(config["artifact_wall_s"]) == {"pre-training", "post-training", "evaluation"}
     assert not re.search(r"\bnan\b", md, re.IGNORECASE)          # NaN cells are en dashes, notes have numbers
     check, figures = CHECKS[table_id]
     linked = re.findall(r"\]\(([^)]+)\)", md.split("**Figures**")[-1])
