@@ -284,7 +284,11 @@ def run(args) -> int:
         save_split_cache(eval_data, data_dir, "test_id.jsonl", tokenizer, cache_dir)
         rundir.write_train_config(run_dir, {"kind": "pretrain", "data": str(data_dir),
                                             "corpus_digest": verify_corpus(data_dir), "config": cfg.to_json(),
-                                            "tokenizer_size": len(tokenizer)})
+                                            "tokenizer_size": len(tokenizer),
+                                            # CPU kernels sum in an order set by the instruction set and the
+                                            # thread count: training again to the bit needs both (reproduce.store)
+                                            "threads": torch.get_num_threads(),
+                                            "cpu_capability": torch.backends.cpu.get_cpu_capability()})
         metrics_path = rundir.metrics_path(run_dir)
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again

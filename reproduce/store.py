@@ -139,8 +139,15 @@ class Store:
             if not carried and (again or rundir.is_finished(run)):
                 return run                  # another process built it meanwhile
             carried_losses = _logged_losses(run) if carried else {}
+            record = (rundir.read_train_config(run) or {}) if carried else {}
+            threads = record.get("threads")
             if carried:
-                self.log(f"[reproduce] {run} was carried without its weights; training it again")
+                self.log(f"[reproduce] {run} was carried without its weights; training it again"
+                         + (f" on {threads} threads, as it was trained" if threads else ""))
+                here = _cpu_capability()
+                if record.get("cpu_capability", here) != here:
+                    self.log(f"[reproduce] warning: {run} was trained with {record['cpu_capability']} kernels and this "
+                             f"CPU runs {here}: trained again, it will not be the same weights to the bit")
                 (run / rundir.SUMMARY).unlink(missing_ok=True)   # first: cut off from here on, it is unfinished
                 for part in run.iterdir():
                     if part.name != rundir.TOKENIZER:
@@ -158,8 +165,9 @@ class Store:
             argv = ["--data", str(data), "--out", str(run), "--scale", self.scale, "--set", "keep_checkpoints=100",
                     "--set", f"seed={self.seed}", "--set", f"cpu_bf16={str(self.pretrain_cpu_bf16()).lower()}"] + \
                 (["--set", f"steps={steps}"] if steps else [])
-            if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
-                raise ReproductionError(f"pre-training {run} failed")
+            with _torch_threads(threads):
+                if pretrain_main(argv + (["--resume"] if resume else [])) != 0:
+                    raise ReproductionError(f"pre-training {run} failed")
             if carried_losses:
                 self._check_retrained(run, carried_losses)
             return run
@@ -396,6 +404,25 @@ def _without_weights(model: Path) -> bool:
         return not has_weights(model)
     ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
     return ckpt is not None and not has_weights(ckpt)
+
+
+def _cpu_capability() -> str:
+    import torch
+    return torch.backends.cpu.get_cpu_capability()
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None):
+    """Run with ``n`` torch threads (None: as set), then as before: a carried run trains again with the
+    count it was trained with, as its sums then come out in the same order and the weights to the bit."""
+    import torch
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _logged_losses(run: Path) -> dict[int, float]:

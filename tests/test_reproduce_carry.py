@@ -116,6 +116,29 @@ def test_a_carried_student_is_trained_again_before_post_training_reads_it(tmp_pa
     assert seen == [([student.parent.parent.name], student)]
 
 
+def test_a_carried_run_trains_again_on_the_threads_it_was_trained_on(tmp_path, fake_pretrain, monkeypatch):
+    """CPU sums come out in an order set by the instruction set and the thread count, so the weights
+    match the carried evaluations only with the count the run recorded (the caller's count is kept
+    after) and on a CPU of its instruction set (else a warning before it trains)."""
+    import pretrain.train
+    import torch
+    old = _store(tmp_path / "a")
+    run = _finished_pretrain(old)
+    (run / "train_config.json").write_text(json.dumps({"config": {"steps": 200}, "threads": 3,
+                                                       "cpu_capability": "another ISA"}))
+    where = carry.carry_dir(tmp_path / "results", old.home)
+    carry.save(old.home, where)
+    store, said = _store(tmp_path / "b"), []
+    store.log = said.append
+    carry.restore(where, store.home)
+    seen, fake = [], pretrain.train.main
+    monkeypatch.setattr(pretrain.train, "main", lambda argv: seen.append(torch.get_num_threads()) or fake(argv))
+    before = torch.get_num_threads()
+    store.weights(store.pretrained())
+    assert seen == [3] and torch.get_num_threads() == before
+    assert any("trained with another ISA kernels" in line and "not be the same weights" in line for line in said)
+
+
 def test_restore_never_overwrites_and_a_model_the_store_was_not_asked_for_is_refused(tmp_path, fake_pretrain):
     old = _store(tmp_path / "a")
     run = _finished_pretrain(old)
