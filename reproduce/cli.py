@@ -112,11 +112,11 @@ def logged_wall(run: Path) -> float:
     summary = rundir.read_summary(run) or {}
     if "train_wall_s" in summary:
         return float(summary["train_wall_s"])
-    rows = {r["step"]: r for r in read_jsonl(run / "metrics.jsonl") if r.get("tok_per_s")}  # a resumed step once
     seen, wall = 0, 0.0
-    for step in sorted(rows):
-        wall += (rows[step]["tokens_seen"] - seen) / rows[step]["tok_per_s"]
-        seen = rows[step]["tokens_seen"]
+    for row in read_jsonl(run / "metrics.jsonl"):
+        if row.get("tok_per_s"):
+            wall += (row["tokens_seen"] - seen) / row["tok_per_s"]
+            seen = row["tokens_seen"]
     return wall
 
 
@@ -163,7 +163,8 @@ def write(report: Report, store: Store, table_id: str, seconds: float, seeds: li
     (out / f"{prefix}config.json").write_text(json.dumps(
         {"table": table_id, "title": report.title, "commit": git_commit(),
          **({"stores": [s.describe() for s in seeds]} if seeds else {"store": store.describe()}),
-         "seconds": round(seconds, 1), "artifact_wall_s": {k: round(v, 1) for k, v in walls.items()}, "runs": [str(r) for r in report.runs]}, indent=1, default=str))
+         "seconds": round(seconds, 1), "artifact_wall_s": {k: round(v, 1) for k, v in walls.items()},
+         "runs": [str(r) for r in report.runs]}, indent=1, default=str))
     return out
 
 

@@ -155,7 +155,7 @@ class Store:
             data = self.corpus(**changes)
             if run.name.partition("@")[0] != base.name and not (run / rundir.TOKENIZER / "tokenizer.json").is_file():
                 # only the base's tokenizer is needed: take it while the base trains (or trains again)
-                tokenizer = self.base_tokenizer(family) or self.pretrained(domains=family) / rundir.TOKENIZER
+                tokenizer = self.base_tokenizer(base.name) or self.pretrained(domains=family) / rundir.TOKENIZER
                 shutil.rmtree(run / rundir.TOKENIZER, ignore_errors=True)
                 run.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(tokenizer, run / rundir.TOKENIZER)
@@ -172,16 +172,12 @@ class Store:
                 self._check_retrained(run, carried_losses)
             return run
 
-    def base_tokenizer(self, family: tuple[str, ...]) -> Path | None:
-        """The family base's tokenizer folder once it is whole (it is written before the base trains,
-        and kept when a carried base trains again), else None: a family member needs nothing else
-        of its base, so it need not wait for the base's training."""
-        tokenizer = self.home / "pretrain" / self.corpus_config(domains=family).name / rundir.TOKENIZER
-        try:
-            json.loads((tokenizer / "tokenizer.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return tokenizer
+    def base_tokenizer(self, base: str) -> Path | None:
+        """The tokenizer folder of the family base run ``base`` where it exists, else None. A fresh
+        base puts it in place in one rename before it trains, and a carried base keeps it, so a family
+        member, which needs nothing else of its base, need not wait for the base's training."""
+        tokenizer = self.home / "pretrain" / base / rundir.TOKENIZER
+        return tokenizer if (tokenizer / "tokenizer.json").is_file() else None
 
     def _check_retrained(self, run: Path, carried: dict[int, float]) -> None:
         """A carried run's evaluations were sampled from its old weights, and tables pair them with runs
@@ -311,22 +307,22 @@ class Store:
         model = Path(model)
         reused = corpus is None and self._final_eval(model, splits, difficulties)
         if reused:
-            return self._read(reused["_dir"], reused)
+            return self._note_cost(reused["_dir"], reused)
         out = self._eval_dir(model, corpus)
         with self._exclusive(out):
             if (out / "summary.json").is_file():
                 cached = json.loads((out / "summary.json").read_text())
                 if self._same_protocol(cached, splits, difficulties):
-                    return self._read(out, cached)
+                    return self._note_cost(out, cached)
                 self.log(f"[reproduce] {out} was evaluated under another protocol; evaluating again")
             net, tok, data = load_model_and_tokenizer(run_dir=self.weights(model))
             corpus = Path(corpus or data)
             self.log(f"[reproduce] evaluate {model} on {corpus.name}")
             tasks = self.budget["eval_tasks_per_cell"] or None
-            return self._read(out, evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed,
+            return self._note_cost(out, evaluate(net, tok, corpus, k=EVAL_K, max_tasks_per_cell=tasks, seed=self.seed,
                                             out_dir=out, splits=splits, difficulties=difficulties, progress=False))
 
-    def _read(self, folder, summary: dict) -> dict:
+    def _note_cost(self, folder, summary: dict) -> dict:
         """``summary``, noting what its evaluation cost when it was built (a table reports it)."""
         self.evaluations_read[str(folder)] = float(summary.get("seconds") or 0.0)
         return summary

@@ -12,9 +12,9 @@ what a table needs comes from `reproduce.estimate.plan`, which mirrors the table
 ``i`` of ``n`` takes pre-trainings first, then post-trainings, then evaluations, of each kind its own
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
 its base's tokenizer, so it trains beside a carried base; an evaluation its run; a post-training its
-student and teacher; an MOPD stage the stage before it), and skips one whose lock another worker holds, coming back to it. A unit that fails is
-logged and left, with the units that need it; the worker builds the rest, then exits with status 2,
-so one error does not idle a core for the rest of an unattended session. Anything the plan
+student and teacher; an MOPD stage the stage before it), and skips one whose lock another worker
+holds, coming back to it. A unit that fails is logged and left, with the units that need it; the
+worker builds the rest, then exits with status 2, so one error does not idle a core for the rest of an unattended session. Anything the plan
 cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
 built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
 """
@@ -70,12 +70,8 @@ def ready(store: Store, unit: tuple[str, str], requests: dict) -> bool:
 def has_base_tokenizer(store: Store, unit: tuple[str, str], requests: dict) -> bool:
     """A family member needs only its base's tokenizer, which exists before the base has trained
     (and is carried with it): it starts beside its base rather than after it."""
-    kind, key = unit
-    if kind != "pretrain" or not inputs(store, unit, requests):
-        return False
-    request = requests[key]
-    domains = store.corpus_config(**{k: v for k, v in request.items() if k not in ("family", "steps")}).domains
-    return store.base_tokenizer(tuple(request["family"] or domains)) is not None
+    base = inputs(store, unit, requests) if unit[0] == "pretrain" else []
+    return bool(base) and store.base_tokenizer(base[0]) is not None
 
 
 def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
@@ -85,7 +81,8 @@ def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
     rebuilt before anything trains on it."""
     from reproduce.estimate import model_path
     kind, key = unit
-    for needed in [] if has_base_tokenizer(store, unit, requests) else map(unit_of, inputs(store, unit, requests)):
+    first = [] if has_base_tokenizer(store, unit, requests) else inputs(store, unit, requests)
+    for needed in map(unit_of, first):
         if needed != unit and needed[1] in requests:
             build(store, needed, requests)
     if kind == "pretrain":

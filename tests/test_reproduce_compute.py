@@ -18,7 +18,7 @@ def test_logged_wall_of_pretraining_and_posttraining(tmp_path):
     pre = _run(tmp_path / "pretrain" / "a", [
         {"step": 10, "loss": 1.0, "tokens_seen": 1000, "tok_per_s": 100.0},     # 10 s
         {"step": 20, "loss": 0.9, "tokens_seen": 3000, "tok_per_s": 400.0},     # 5 s
-        {"step": 20, "loss": 0.9, "tokens_seen": 3000, "tok_per_s": 400.0},     # the same step logged again (resumed)
+        {"step": 20, "loss": 0.9, "tokens_seen": 3000, "tok_per_s": 400.0},     # logged twice: no tokens between, nothing added
         {"step": 20, "eval_loss": 0.8}])                                         # not a training interval
     assert logged_wall(pre) == 15.0
     post = _run(tmp_path / "posttrain" / "b", [{"step": 1, "loss": 0.1}], {"train_wall_s": 42.0})

@@ -28,28 +28,38 @@ def _fake_evaluation(monkeypatch, log):
     monkeypatch.setattr(engine.evaluate, "evaluate", evaluate)
 
 
-def test_two_workers_build_a_tables_models_once_each_two_at_a_time_base_first(tmp_path, fake_pretrain, monkeypatch):
+def _slow_pretraining(monkeypatch, log):
+    """Pre-trainings that take 0.3 s, logged as ("pretrain start" | "pretrain end", run name, time)."""
     import pretrain.train
-    log = []
     fast = pretrain.train.main
 
     def slow(argv):
-        out = argv[argv.index("--out") + 1]
-        log.append(("pretrain start", out.rsplit("/", 1)[-1], time.time()))
+        out = argv[argv.index("--out") + 1].rsplit("/", 1)[-1]
+        log.append(("pretrain start", out, time.time()))
         time.sleep(0.3)
-        log.append(("pretrain end", out.rsplit("/", 1)[-1], time.time()))
+        log.append(("pretrain end", out, time.time()))
         return fast(argv)
     monkeypatch.setattr(pretrain.train, "main", slow)
-    _fake_evaluation(monkeypatch, log)
-    stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
-    units, requests = workers.needs("fig6", stores[0])
-    assert units[0] == ("pretrain", "fa-tiny") and sum(k == "pretrain" for k, _ in units) == 4
+
+
+def _two_workers(stores, units, requests) -> None:
+    """Workers 0 and 1 of 2 on one table, side by side (each with its own store, as two processes)."""
     threads = [threading.Thread(target=workers.work, args=(s, units, requests, i, 2), kwargs={"poll": 0.05})
                for i, s in enumerate(stores)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+
+
+def test_two_workers_build_a_tables_models_once_each_two_at_a_time_base_first(tmp_path, fake_pretrain, monkeypatch):
+    log = []
+    _slow_pretraining(monkeypatch, log)
+    _fake_evaluation(monkeypatch, log)
+    stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
+    units, requests = workers.needs("fig6", stores[0])
+    assert units[0] == ("pretrain", "fa-tiny") and sum(k == "pretrain" for k, _ in units) == 4
+    _two_workers(stores, units, requests)
     assert sorted(fake_pretrain) == sorted(key for kind, key in units if kind == "pretrain")    # each once
     starts = {name: at for what, name, at in log if what == "pretrain start"}
     base_done = starts["fa-tiny"] + 0.3
@@ -64,17 +74,8 @@ def test_a_family_member_starts_beside_its_base_once_the_base_has_a_tokenizer(tm
                                                                            monkeypatch):
     """A member needs only its base's tokenizer: a base that already has one (carried without its
     weights, training again) does not hold its members back, and they take that tokenizer."""
-    import pretrain.train
     log = []
-    fast = pretrain.train.main
-
-    def slow(argv):
-        out = argv[argv.index("--out") + 1].rsplit("/", 1)[-1]
-        log.append(("start", out, time.time()))
-        time.sleep(0.3)
-        log.append(("end", out, time.time()))
-        return fast(argv)
-    monkeypatch.setattr(pretrain.train, "main", slow)
+    _slow_pretraining(monkeypatch, log)
     _fake_evaluation(monkeypatch, [])
     stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
     units, requests = workers.needs("fig6", stores[0])
@@ -82,14 +83,9 @@ def test_a_family_member_starts_beside_its_base_once_the_base_has_a_tokenizer(tm
     tokenizer.parent.mkdir(parents=True)
     tokenizer.write_text(json.dumps({"trained_for": "the base"}))      # the base's, before it has trained
     assert workers.ready(stores[0], units[1], requests)
-    threads = [threading.Thread(target=workers.work, args=(s, units, requests, i, 2), kwargs={"poll": 0.05})
-               for i, s in enumerate(stores)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    starts = {name: at for what, name, at in log if what == "start"}
-    ends = {name: at for what, name, at in log if what == "end"}
+    _two_workers(stores, units, requests)
+    starts = {name: at for what, name, at in log if what == "pretrain start"}
+    ends = {name: at for what, name, at in log if what == "pretrain end"}
     assert any(starts[m] < ends["fa-tiny"] for m in starts if m != "fa-tiny")       # beside the base
     for member in (k for kind, k in units if kind == "pretrain" and k != "fa-tiny"):
         copied = stores[0].home / "pretrain" / member / "tokenizer" / "tokenizer.json"
