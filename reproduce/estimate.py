@@ -59,6 +59,7 @@ class Plan:
         # ("eval", model key); and how to ask the store for each pre-training key
         self.needs: dict[str, list[tuple[str, str]]] = {}
         self.requests: dict[str, dict] = {}
+        self.unbuilt: set[tuple[str, str]] = set()    # with ``remaining``: the needs still to build
 
     def _new(self, key: str) -> bool:
         new = key not in self.seen
@@ -159,6 +160,8 @@ class Plan:
         if not corpus and run_key(model) in self.requests:
             self._need(("eval", model))
         if self._new(f"eval {model} {corpus}") and not self._built("eval", model, corpus=corpus):
+            if not corpus:
+                self.unbuilt.add(("eval", model))
             self._weights_of(model)
             row = self._row()
             row["evals"] += 1
@@ -177,6 +180,7 @@ class Plan:
             self.requests[name] = dict(method=method, student=student, teacher=teacher, overrides=overrides)
             self._need(("posttrain", name))
         if self._new("posttrain " + name) and not self._built("posttrain", name, cfg):
+            self.unbuilt.add(("posttrain", name))
             self._weights_of(student)
             self._weights_of(teacher)
             tokens = cfg.steps * cfg.tasks_per_step * cfg.group_size * self.episode_tokens

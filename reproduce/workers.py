@@ -13,7 +13,9 @@ what a table needs comes from `reproduce.estimate.plan`, which mirrors the table
 share first (every n-th unit from i); it builds a unit once its inputs exist (a family member needs
 its base's tokenizer, so it trains beside a carried base; an evaluation its run; a post-training its
 student and teacher; an MOPD stage the stage before it), and skips one whose lock another worker
-holds, coming back to it. A unit that fails is logged and left, with the units that need it; the
+holds, coming back to it. A run restored from a carry without its weights, which a unit still to
+build loads, trains again as a pre-training unit of its own, so that a post-training's student and
+teacher train again side by side. A unit that fails is logged and left, with the units that need it; the
 worker builds the rest, then exits with status 2, so one error does not idle a core for the rest of an unattended session. Anything the plan
 cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
 built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
@@ -56,6 +58,19 @@ def inputs(store: Store, unit: tuple[str, str], requests: dict) -> list[str]:
     return [] if key == base else [base]
 
 
+def trained_again(store: Store, units: list[tuple[str, str]], requests: dict) -> set[str]:
+    """The pre-training runs among ``units`` that were carried without their weights and that a unit
+    still to build loads. The store trains such a run again only when something loads it, inside
+    that unit's build, so a post-training whose student and teacher were both carried would train them
+    one after the other in one worker; as units of their own, two workers train them side by side."""
+    from reproduce.estimate import plan
+    from reproduce.store import _without_weights
+    todo = plan(store.scale, store=store, remaining=True).unbuilt
+    loaded = {run for unit in units if unit in todo for run in inputs(store, unit, requests)}
+    return {key for kind, key in units if kind == "pretrain" and key in loaded
+            and rundir.is_finished(store.home / "pretrain" / key) and _without_weights(store.home / "pretrain" / key)}
+
+
 def unit_of(run: str) -> tuple[str, str]:
     """The unit that builds the run of a run key."""
     from reproduce.estimate import POSTTRAINED
@@ -74,19 +89,22 @@ def has_base_tokenizer(store: Store, unit: tuple[str, str], requests: dict) -> b
     return bool(base) and store.base_tokenizer(base[0]) is not None
 
 
-def build(store: Store, unit: tuple[str, str], requests: dict) -> None:
+def build(store: Store, unit: tuple[str, str], requests: dict, again: set[str] = frozenset()) -> None:
     """Ask the store for ``unit`` as the table would, its inputs first: a finished input returns at
     once, but the store then knows how it was made, so one carried without its weights is rebuilt
     before it is loaded, and one built under other settings (an MOPD stage before this one) is
-    rebuilt before anything trains on it."""
+    rebuilt before anything trains on it. ``again``: pre-trainings to train again now, before anything
+    loads them (`trained_again`)."""
     from reproduce.estimate import model_path
     kind, key = unit
     first = [] if has_base_tokenizer(store, unit, requests) else inputs(store, unit, requests)
     for needed in map(unit_of, first):
         if needed != unit and needed[1] in requests:
-            build(store, needed, requests)
+            build(store, needed, requests, again)
     if kind == "pretrain":
-        store.pretrained(**requests[key])
+        run = store.pretrained(**requests[key])
+        if key in again:
+            store.weights(run)
     elif kind == "posttrain":
         r = requests[key]
         teacher = model_path(store, r["teacher"]) if r["teacher"] else None
@@ -121,13 +139,14 @@ def work(store: Store, units: list[tuple[str, str]], requests: dict, index: int,
     rank = {"pretrain": 0, "posttrain": 1, "eval": 2}
     pending = sorted(units, key=lambda u: (rank[u[0]], u not in mine))
     store.wait = False                      # a held lock raises Busy: take another unit instead of waiting
+    again = trained_again(store, units, requests)
     done, failed = 0, []
     while pending:
         for unit in pending:
             if not ready(store, unit, requests):
                 continue
             try:
-                build(store, unit, requests)
+                build(store, unit, requests, again)
             except Busy:
                 continue
             except (ReproductionError, UsageError) as exc:

@@ -283,3 +283,62 @@ def test_a_unit_that_fails_is_left_with_what_needs_it_and_the_rest_is_built(tmp_
     assert failed == [("pretrain", broken), *evaluation_of_broken] and evaluation_of_broken
     assert done == len(units) - len(failed)                                 # the others are all built
     assert broken not in fake_pretrain and len(fake_pretrain) == sum(k == "pretrain" for k, _ in units) - 1
+
+
+def _carried_without_weights(run: Path, steps: list[int]) -> None:
+    """A finished pre-training run as a carry restores it: its tokenizer, records and checkpoint
+    states, and no weights."""
+    for step in steps:
+        (run / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+        (run / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").write_text(json.dumps({"step": step}))
+    (run / "tokenizer").mkdir()
+    (run / "tokenizer" / "tokenizer.json").write_text(json.dumps({"trained_for": run.name}))
+    (run / "summary.json").write_text(json.dumps({"checkpoint": f"checkpoints/step_{steps[-1]:06d}"}))
+
+
+def test_a_post_trainings_carried_student_and_teacher_train_again_side_by_side(tmp_path, fake_pretrain, monkeypatch):
+    """An OPD run whose student and teacher were both restored without weights: the store trains each
+    again only when the run loads it, so one worker would train them one after the other while the
+    other idled. They are units of their own: two workers train them at once, then the run trains."""
+    import posttrain.train
+    import pretrain.train
+    log = []
+    steps = [Store("tiny").budget["student_step"], 2 * Store("tiny").budget["student_step"]]
+
+    def train_again(argv):
+        out = Path(argv[argv.index("--out") + 1])
+        log.append(("pretrain start", out.name, time.time()))
+        time.sleep(0.3)
+        for step in steps:
+            (out / "checkpoints" / f"step_{step:06d}").mkdir(parents=True)
+            (out / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").write_text("{}")
+            (out / "checkpoints" / f"step_{step:06d}" / "model.safetensors").write_bytes(b"\0")
+        (out / "summary.json").write_text(json.dumps({"checkpoint": f"checkpoints/step_{steps[-1]:06d}"}))
+        log.append(("pretrain end", out.name, time.time()))
+        return 0
+    monkeypatch.setattr(pretrain.train, "main", train_again)
+
+    class Trainer:
+        def __init__(self, cfg, student, teacher, out, data, resume):
+            self.out = out
+
+        def fit(self):
+            log.append(("posttrain", self.out.name, time.time()))
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "summary.json").write_text("{}")
+    monkeypatch.setattr(posttrain.train, "Trainer", Trainer)
+    stores = [Store("tiny", tmp_path / "runs", tmp_path / "data", log=lambda m: None) for _ in range(2)]
+    units, requests = workers.needs("fig7", stores[0])
+    units = workers.chosen(stores[0], units, requests, "fig7-opd-4opt8sub-short")
+    carried = [key for kind, key in units if kind == "pretrain"]
+    assert carried == ["fa-tiny", "fa-tiny-4opt8sub"]               # the teacher (and family base), the student
+    for key in carried:
+        _carried_without_weights(stores[0].home / "pretrain" / key, steps)
+    assert workers.trained_again(stores[0], units, requests) == set(carried)
+    _two_workers(stores, units, requests)
+    starts = {name: at for what, name, at in log if what == "pretrain start"}
+    ends = {name: at for what, name, at in log if what == "pretrain end"}
+    assert sorted(starts) == carried and len(log) == 5                   # each trained again once, the run once
+    assert starts["fa-tiny"] < ends["fa-tiny-4opt8sub"] and starts["fa-tiny-4opt8sub"] < ends["fa-tiny"]
+    assert log[-1][:2] == ("posttrain", "fig7-opd-4opt8sub-short") and log[-1][2] >= max(ends.values())
+    assert workers.trained_again(stores[0], units, requests) == set()   # built: nothing loads them any more
