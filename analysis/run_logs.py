@@ -17,7 +17,8 @@ from analysis.measures import logs_frame
 from planning_gym.constants import EVAL_K
 from pretrain import rundir
 
-__all__ = ["metrics", "cell", "baseline_cell", "beside_baselines", "log_rows", "frame", "step_cell"]
+__all__ = ["metrics", "cell", "baseline_cell", "beside_baselines", "log_rows", "frame", "step_cell",
+           "corpus_budget_fit", "failure_endings"]
 
 
 def metrics(run: Path) -> list[dict]:
@@ -100,3 +101,36 @@ def frame(runs: dict[str, Path], split: str = "ID", start: dict | None = None, k
 def step_cell(v) -> int | None:
     """A table's step cell: an int, or None (an en dash) for a missing one."""
     return None if v is None or v != v else int(v)
+
+
+def corpus_budget_fit(run: Path, max_turn_tokens: int, max_total_tokens: int, corpus: Path | None = None) -> dict:
+    """Do a pre-training run's own corpus trajectories fit the budgets its evaluation samples under?
+    A rollout cuts a turn at ``max_turn_tokens`` (its action is parsed from the cut text) and stops an
+    episode at ``max_total_tokens``: an arm whose trajectories do not fit (a verbose chain of thought)
+    would be scored on what it was not allowed to write. Counts the agent turns of the run's corpus
+    (pretrain split) with the marker that closes each -- the tokens a policy generates, the corpus's
+    agent-mask tokens -- and its whole episodes with their EOS, in the run's tokens.
+    ``corpus``: where the run's corpus is now (default: where it was when the run trained)."""
+    from planning_gym.text import AGENT, ENV
+    from pretrain.tokenizer import encode_batch, load_tokenizer
+    corpus = Path(corpus or (rundir.read_train_config(run) or {})["data"])
+    tok = load_tokenizer(Path(run) / rundir.TOKENIZER)
+    texts = [json.loads(line)["text"] for line in (corpus / "pretrain.jsonl").open() if line.strip()]
+    turns = [part.split(ENV)[0] for text in texts for part in text.split(AGENT)[1:]]
+    turn_len = [len(ids) + 1 for ids in encode_batch(tok, turns)]
+    episode_len = [len(ids) + 1 for ids in encode_batch(tok, texts)]
+    return {"turns": len(turn_len), "turns_over": sum(n > max_turn_tokens for n in turn_len),
+            "longest_turn": max(turn_len, default=0), "episodes": len(episode_len),
+            "episodes_over": sum(n > max_total_tokens for n in episode_len),
+            "longest_episode": max(episode_len, default=0)}
+
+
+def failure_endings(samples: list[dict], split: str = "ID") -> dict[str, int]:
+    """How the failed episodes of one split ended (an evaluation's ``stop_reason``: the step limit,
+    the token budget, an end of text), most frequent first."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        if s["split"] == split and not s["success"]:
+            reason = s.get("stop_reason") or "unrecorded"
+            counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -22,7 +22,7 @@ import pandas as pd
 from analysis.figures import plot_grouped_bars, plot_small_multiples
 from analysis.measures import contrast, paired_difference, task_score
 from analysis.report import Report
-from analysis.run_logs import BASELINE_HEADER, beside_baselines, cell
+from analysis.run_logs import BASELINE_HEADER, beside_baselines, cell, corpus_budget_fit, failure_endings
 from reproduce.paper_numbers import fmt, paper
 from reproduce.store import Store
 
@@ -60,7 +60,7 @@ def equal_trajectory_steps(reference: Path, other: Path) -> int:
 def world_model_vs_direct(store: Store) -> Report:
     report = Report("Figs. 3-4: world-model CoT vs direct actions")
     arms = {"world model": store.pretrained(), "direct": store.pretrained(cot_format="direct")}
-    store.corpus(), store.corpus(cot_format="direct")      # counted below (a restored store has no corpora)
+    corpora = {"world model": store.corpus(), "direct": store.corpus(cot_format="direct")}  # a restored store has none
     eq_steps = equal_trajectory_steps(arms["world model"], arms["direct"])
     equal = arms["direct"] if eq_steps == trained_steps(arms["direct"]) else \
         store.pretrained(cot_format="direct", steps=eq_steps)
@@ -90,6 +90,7 @@ def world_model_vs_direct(store: Store) -> Report:
     report.results["equal_trajectory_steps"] = eq_steps
     add_baselines(report, {"world model": evals["world model"], "direct": evals["direct"],
                            **({f"direct, {eq_steps} steps": evals["equal"]} if equal != arms["direct"] else {})})
+    add_budget_fit(report, arms, corpora, evals["world model"], samples)
     report.results["contrasts"] = {     # the paper compares at equal steps only: no paper number for the control
         f"world model - {arm}, {d}": contrast(samples["world model"], samples[key], "ID", d, +1,
                                               paper=paper("fig3-4", "gain", d) if key == "direct" else None)
@@ -120,6 +121,37 @@ def world_model_vs_direct(store: Store) -> Report:
         report.notes.append(f"{budget}: " + gain_verdict([report.results[f"ID/{d}"][key] for d in DIFFS],
                                                          [report.results[f"ID/{d}"][f"{key}_se"] for d in DIFFS]))
     return report
+
+
+def add_budget_fit(report: Report, arms: dict, corpora: dict, summary: dict, samples: dict) -> None:
+    """Were the arms scored on how they plan, not on what the rollout budgets let them write? A
+    world-model turn is ~3x a direct one: were its corpus turns cut at the evaluation's per-turn budget,
+    or its episodes at the total one, its failures would measure the budget (`corpus_budget_fit`)."""
+    from engine.rollout import RolloutConfig           # the budgets of an evaluation that did not record them
+    turn_budget = summary.get("max_turn_tokens", RolloutConfig.max_turn_tokens)
+    total_budget = summary.get("max_total_tokens", RolloutConfig.max_total_tokens)
+    rows, fits = [], {}
+    for arm, run in arms.items():
+        fit = fits[arm] = corpus_budget_fit(run, turn_budget, total_budget, corpora[arm])
+        endings = failure_endings(samples[arm])
+        rows.append([arm, fit["turns"], fit["turns_over"], fit["longest_turn"], fit["episodes"], fit["episodes_over"],
+                     fit["longest_episode"], sum(endings.values()),
+                     ", ".join(f"{reason} {n}" for reason, n in endings.items()) or "–"])
+    report.results["budget_fit"] = fits
+    report.add(f"Do the arms' own trajectories fit the evaluation's budgets ({turn_budget} tokens a turn, "
+               f"{total_budget} an episode)? Corpus turns and episodes over them, and how the failed ID episodes "
+               "ended (step limit: 20 actions without reaching the goal; max_total_tokens: the episode's budget)",
+               ["arm", "corpus turns", f"over {turn_budget}", "longest", "corpus episodes", f"over {total_budget}",
+                "longest", "failed ID episodes", "how they ended"], rows)
+    over = {arm: fit["turns_over"] / max(fit["turns"], 1) for arm, fit in fits.items()}
+    cut = max(over, key=over.get)
+    report.notes.append(
+        f"Rollout budgets: {fits[cut]['turns_over']} of {fits[cut]['turns']} {cut} corpus turns exceed the "
+        f"{turn_budget}-token turn budget, and {sum(f['episodes_over'] for f in fits.values())} corpus episodes the "
+        f"{total_budget}-token episode budget"
+        + (" — the arms are scored on how they plan, not on a budget that cuts one of them."
+           if over[cut] < 0.01 and not any(f["episodes_over"] for f in fits.values())
+           else f" — {cut}'s scores are lowered by the budget, not only by its planning: raise max_turn_tokens."))
 
 
 def along_pretraining(report: Report, store: Store, arms: dict, out: Path) -> None:

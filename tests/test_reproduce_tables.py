@@ -27,6 +27,7 @@ from analysis.params import load_state_dict
 from analysis.report import cell_text
 from engine.evaluate import DIFFICULTIES as DIFFS, PATTERN_COLUMNS, score
 from planning_gym.constants import EVAL_K
+from planning_gym.text import AGENT, ENV
 from posttrain.teachers import REGIMES
 from pretrain.tokenizer import save_tokenizer
 from reproduce import cli, pretraining
@@ -264,6 +265,13 @@ def check_fig3_4(store, r, md):
     equal = key_of(store, store.pretrained(cot_format="direct", steps=120))
     assert r["equal_trajectory_steps"] == 120 and "fa-tiny-direct-120steps" in equal
     check_beside_baselines(md, {"world model": wm, "direct": di, "direct, 120 steps": equal})
+    texts = [json.loads(line)["text"] for line in (corpus_of(store.pretrained()) / "pretrain.jsonl").open()]
+    fit = r["budget_fit"]["world model"]                 # every agent turn of the arm's corpus, none cut at 192
+    assert (fit["turns"], fit["episodes"], fit["turns_over"]) == (sum(t.count(AGENT) for t in texts), len(texts), 0)
+    failed = sum(EVAL_K - successes(wm, "fa", "ID", d, t) for d in DIFFS for t in range(store.budget[
+        "eval_tasks_per_cell"]))
+    assert f"| world model | {fit['turns']} | 0 | {fit['longest_turn']} |" in md and f"| {failed} | step_limit {failed} |" in md
+    assert "the arms are scored on how they plan, not on a budget that cuts one of them" in md
     for d in (*DIFFS, "all"):
         assert r[f"ID/{d}"]["gain_equal_trajectories"] == pytest.approx(fake_score(wm, "ID", d)
                                                                        - fake_score(equal, "ID", d))
@@ -524,6 +532,29 @@ def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_pa
     assert REAL_CORPUS_TOKENS(run) == n
     monkeypatch.setattr(pretraining, "corpus_tokens", lambda r: n if r == run else n // 4)
     assert pretraining.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)
+
+
+def test_corpus_budget_fit_counts_the_tokens_a_rollout_generates(assets, tmp_path):  # noqa: F811
+    """A turn's budget covers the tokens the policy generates: its text and the marker that closes it,
+    which are the corpus's agent-mask tokens (the pre-training loss's own count); one under the
+    longest turn cuts exactly the longest turns."""
+    from analysis.run_logs import corpus_budget_fit
+    from pretrain.data import read_texts
+    from pretrain.tokenizer import agent_mask, encode, special_ids
+    run = tmp_path / "run"
+    tok = assets["tokenizer"]
+    save_tokenizer(tok, run / "tokenizer")
+    eos = special_ids(tok).eos
+    texts = read_texts(assets["corpus"] / "pretrain.jsonl")
+    generated = sum(int(agent_mask(encode(tok, t) + [eos], tok).sum()) for t in texts)
+    lengths = [len(encode(tok, p.split(ENV)[0])) + 1 for t in texts for p in t.split(AGENT)[1:]]
+    longest_text = max(len(encode(tok, t)) + 1 for t in texts)
+    fit = corpus_budget_fit(run, max(lengths), longest_text, corpus=assets["corpus"])      # each fits exactly
+    assert (fit["turns_over"], fit["episodes_over"], fit["longest_episode"]) == (0, 0, longest_text)
+    assert sum(lengths) == generated and fit["longest_turn"] == max(lengths)
+    tight = corpus_budget_fit(run, max(lengths) - 1, longest_text - 1, corpus=assets["corpus"])
+    assert (tight["turns_over"], tight["episodes_over"]) == (lengths.count(max(lengths)),
+                                                              sum(len(encode(tok, t)) + 1 == longest_text for t in texts))
 
 
 def test_figures_are_drawn_from_the_table_numbers(store, monkeypatch):
