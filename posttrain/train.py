@@ -400,6 +400,7 @@ class Trainer:
         return record
 
     def fit(self) -> dict:
+        import torch
         from tqdm import tqdm
 
         from planning_gym.corpus import verify_corpus
@@ -408,7 +409,11 @@ class Trainer:
         rundir.write_train_config(self.out, {
             "kind": "posttrain", "config": dataclasses.asdict(cfg), "data": str(self.data),
             "corpus_digest": verify_corpus(self.data),
-            "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None})
+            "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None,
+            # what the run's numbers depend on beside its settings: the CPU's kernels and thread count
+            # (or the GPU) sum in their own order, so a run trained again elsewhere is not the same to the bit
+            "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())
         with tqdm(total=cfg.steps, initial=self.step, desc=cfg.method, unit="step", file=sys.stderr) as bar:
