@@ -285,6 +285,7 @@ def run(args) -> int:
         rundir.write_train_config(run_dir, {"kind": "pretrain", "data": str(data_dir),
                                             "corpus_digest": verify_corpus(data_dir), "config": cfg.to_json(),
                                             "tokenizer_size": len(tokenizer),
+                                            "corpus_tokens": int(len(train_data.stream)),   # one epoch
                                             # CPU kernels sum in an order set by the instruction set and the
                                             # thread count: training again to the bit needs both (reproduce.store)
                                             "threads": torch.get_num_threads(),

@@ -257,6 +257,17 @@ class Rates:
 POSTTRAINED = "posttrain:"      # the model key of a post-training run (an MOPD stage's student)
 
 
+def _equal_trajectory_steps(store, world_model: str, direct: str) -> tuple[int | None, bool]:
+    """Fig. 3's equal-trajectory arm, exactly, once both arms have trained and recorded their corpus
+    size (`pretrain.train`'s ``corpus_tokens``); before that the table alone can tell it."""
+    from pretrain import rundir
+    from reproduce.pretraining import equal_trajectory_steps
+    runs = [store.home / "pretrain" / key for key in (world_model, direct)]
+    if all((rundir.read_train_config(run) or {}).get("corpus_tokens") for run in runs):
+        return equal_trajectory_steps(*runs), True
+    return None, False
+
+
 def run_key(model: str) -> str:
     """The run of a model key: ``<run>``, ``<run>@student`` or ``<run>@<step>`` (pre-training), or
     ``posttrain:<name>``."""
@@ -290,8 +301,9 @@ def plan(scale: str, episode_tokens: int | None = None, store=None, remaining: b
         t = p.table
         if t == "fig3-4":
             arms = [p.pretrained(), p.pretrained(cot_format="direct")]
-            eq = max(1, round(steps * EQUAL_TRAJECTORY_FRACTION))
-            for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None, exact=False)]:
+            eq, exact = _equal_trajectory_steps(p.store, *arms)
+            eq = eq or max(1, round(steps * EQUAL_TRAJECTORY_FRACTION))
+            for run in arms + [p.pretrained(cot_format="direct", steps=eq if eq != steps else None, exact=exact)]:
                 p.evaluation(run)
             for run in arms if not p.store.claims_only else ():       # Fig. 4's curve (not a claim)
                 for s in pretraining.SCALING_STEPS[scale]:

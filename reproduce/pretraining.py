@@ -37,10 +37,13 @@ def _scores(summary: dict, split: str = "ID") -> dict[str, float]:
 
 
 def corpus_tokens(run: Path) -> int:
-    """Tokens in one epoch of a pre-training run's corpus (its packed stream, cached by the run)."""
+    """Tokens in one epoch of a pre-training run's corpus: as the run recorded it, else its packed
+    stream (cached by the run; a run restored from a carry has no cache)."""
     from pretrain.data import load_split
     from pretrain.tokenizer import load_tokenizer, special_ids
     record = json.loads((Path(run) / "train_config.json").read_text())
+    if record.get("corpus_tokens"):
+        return int(record["corpus_tokens"])
     tok = load_tokenizer(Path(run) / "tokenizer")
     data = load_split(Path(record["data"]), "pretrain.jsonl", tok, special_ids(tok), record["config"]["block_size"],
                       record["config"]["seed"], cache_dir=Path(run) / "cache")

@@ -17,8 +17,8 @@ holds, coming back to it. A run restored from a carry without its weights, which
 build loads, trains again as a pre-training unit of its own, so that a post-training's student and
 teacher train again side by side. A unit that fails is logged and left, with the units that need it; the
 worker builds the rest, then exits with status 2, so one error does not idle a core for the rest of an unattended session. Anything the plan
-cannot name exactly (Fig. 3's equal-trajectory arm) is left to the table, which then finds the rest
-built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
+cannot name exactly (Fig. 3's equal-trajectory arm, until both arms have trained) is left to the
+table, which then finds the rest built. ``--only`` builds a part of a table (say, what fits in one working session) and writes no table.
 """
 from __future__ import annotations
 

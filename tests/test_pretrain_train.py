@@ -106,14 +106,16 @@ def test_tiny_run_learns_and_leaves_an_hf_checkpoint(reference):
     saved = json.loads((run / "train_config.json").read_text())
     assert saved["config"]["steps"] == STEPS and saved["config"]["scale"] == "tiny"
     assert saved["threads"] == 1 and saved["cpu_capability"]   # what training again to the bit needs
+    from pretrain.data import PackedData, read_texts
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000008", "step_000016", "step_000024"]
     # the checkpoint, loaded by plain transformers, is the model that was evaluated
-    from pretrain.data import PackedData, read_texts
     from pretrain.tokenizer import special_ids
 
     model = AutoModelForCausalLM.from_pretrained(final).eval()
     tok = AutoTokenizer.from_pretrained(final)
     assert len(tok) == model.config.vocab_size
+    texts = read_texts(Path(saved["data"]) / "pretrain.jsonl")       # one epoch: each text and its EOS
+    assert saved["corpus_tokens"] == sum(len(tok(t, add_special_tokens=False)["input_ids"]) + 1 for t in texts)
     corpus = Path(saved["data"])
     data = PackedData.from_texts(read_texts(corpus / "test_id.jsonl"), tok, special_ids(tok), 64)
     x, y, _ = (torch.from_numpy(a.astype("int64")) for a in data.blocks(list(range(8))))

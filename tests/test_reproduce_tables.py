@@ -530,6 +530,9 @@ def test_equal_trajectory_steps_scale_by_the_corpora_token_counts(assets, tmp_pa
     texts = read_texts(assets["corpus"] / "pretrain.jsonl")
     n = sum(len(assets["tokenizer"](t, add_special_tokens=False)["input_ids"]) + 1 for t in texts)   # + one EOS each
     assert REAL_CORPUS_TOKENS(run) == n
+    record = json.loads((run / "train_config.json").read_text())
+    (run / "train_config.json").write_text(json.dumps({**record, "data": str(tmp_path / "gone"), "corpus_tokens": 7}))
+    assert REAL_CORPUS_TOKENS(run) == 7                        # as the run recorded it: no corpus needed
     monkeypatch.setattr(pretraining, "corpus_tokens", lambda r: n if r == run else n // 4)
     assert pretraining.equal_trajectory_steps(run, tmp_path / "short") == round(300 * (n // 4) / n)
 

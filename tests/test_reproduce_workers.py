@@ -119,6 +119,12 @@ def test_a_store_that_does_not_wait_says_busy_and_the_plan_leaves_out_its_guesse
     units, _ = workers.needs("fig3-4", store)
     assert ("pretrain", "fa-tiny-direct") in units
     assert not [key for _, key in units if "steps" in key]       # the equal-trajectory arm's steps are a guess
+    for key, tokens in (("fa-tiny", 1000), ("fa-tiny-direct", 400)):  # ... until both arms record their corpora
+        (store.home / "pretrain" / key).mkdir(parents=True)
+        (store.home / "pretrain" / key / "train_config.json").write_text(json.dumps(
+            {"corpus_tokens": tokens, "config": {"steps": 300}}))
+    units, requests = workers.needs("fig3-4", store)
+    assert ("pretrain", "fa-tiny-direct-120steps") in units and requests["fa-tiny-direct-120steps"]["steps"] == 120
 
 
 class _Asked(Exception):
