@@ -403,6 +403,8 @@ class Trainer:
         import torch
         from tqdm import tqdm
 
+        from pretrain.model import cpu_description
+
         from planning_gym.corpus import verify_corpus
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -413,6 +415,7 @@ class Trainer:
             # what the run's numbers depend on beside its settings: the CPU's kernels and thread count
             # (or the GPU) sum in their own order, so a run trained again elsewhere is not the same to the bit
             "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu": cpu_description(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())

@@ -99,6 +99,29 @@ def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
         return False
 
 
+# the instruction sets torch's CPU kernels (its own, oneDNN's, MKL's) choose among: two CPUs that both
+# report AVX512 to torch may still take different paths (AMX, VNNI), and sum in another order
+KERNEL_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """This CPU as a run's numbers depend on it: its model name, torch's capability and the kernel
+    instruction sets it has (``KERNEL_FLAGS``). A run trained again on a CPU described otherwise may
+    differ in the last bits from its first step on; on one described the same, it has not."""
+    model, flags = "unknown", set()
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return f"{model} [{torch.backends.cpu.get_cpu_capability()}: {' '.join(f for f in KERNEL_FLAGS if f in flags)}]"
+
+
 def matmul_peak_flops(device: str | torch.device = "cpu", n: int | None = None, seconds: float = 0.5) -> float:
     """Measured FLOP/s of a large square ``torch.mm`` (fp32 on CPU, bf16 on CUDA)."""
     device = torch.device(device)

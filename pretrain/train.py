@@ -222,7 +222,7 @@ def run(args) -> int:
     from planning_gym.corpus import verify_corpus
     from pretrain.data import load_split, read_texts, save_split_cache
     from pretrain.distributed import Context, grad_sync, wrap_model
-    from pretrain.model import build_model, count_params, matmul_peak_flops, train_flops_per_token
+    from pretrain.model import build_model, count_params, cpu_description, matmul_peak_flops, train_flops_per_token
     from pretrain.tokenizer import load_tokenizer, save_tokenizer, special_ids, train_tokenizer
 
     hf_logging.disable_progress_bar()  # our own tqdm bar is the only one
@@ -289,7 +289,8 @@ def run(args) -> int:
                                             # CPU kernels sum in an order set by the instruction set and the
                                             # thread count: training again to the bit needs both (reproduce.store)
                                             "threads": torch.get_num_threads(),
-                                            "cpu_capability": torch.backends.cpu.get_cpu_capability()})
+                                            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                                            "cpu": cpu_description()})
         metrics_path = rundir.metrics_path(run_dir)
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again

@@ -144,10 +144,11 @@ class Store:
             if carried:
                 self.log(f"[reproduce] {run} was carried without its weights; training it again"
                          + (f" on {threads} threads, as it was trained" if threads else ""))
-                here = _cpu_capability()
-                if record.get("cpu_capability", here) != here:
-                    self.log(f"[reproduce] warning: {run} was trained with {record['cpu_capability']} kernels and this "
-                             f"CPU runs {here}: trained again, it will not be the same weights to the bit")
+                here = _cpu()
+                if record.get("cpu") != here:     # older records name torch's capability at most, too little
+                    there = record.get("cpu") or f"a CPU it did not describe ({record.get('cpu_capability', '?')})"
+                    self.log(f"[reproduce] warning: {run} was trained on {there} and this CPU is {here}: trained "
+                             "again, it may not be the same weights to the bit (its losses are compared after)")
                 (run / rundir.SUMMARY).unlink(missing_ok=True)   # first: cut off from here on, it is unfinished
                 for part in run.iterdir():
                     if part.name != rundir.TOKENIZER:
@@ -402,9 +403,9 @@ def _without_weights(model: Path) -> bool:
     return ckpt is not None and not has_weights(ckpt)
 
 
-def _cpu_capability() -> str:
-    import torch
-    return torch.backends.cpu.get_cpu_capability()
+def _cpu() -> str:
+    from pretrain.model import cpu_description
+    return cpu_description()
 
 
 @contextlib.contextmanager
