@@ -20,6 +20,11 @@ store train that pre-training run again first, the same way (same corpus, preset
 the carried evaluations still describe it; the store records the comparison in the run
 (``retrained.json``) and warns where they differ. A carried post-training run cannot be retrained on
 its own; it is used for its evaluations only, and the store says so if anything asks for its weights.
+
+Where they differ (another CPU's kernels sum in another order), the run trained again is another
+model: its carried evaluations, and the carried post-training runs that started from it, would be
+paired with runs built from the new weights. `set_aside` moves them to ``<home>/stale/``, so a table
+that needs them builds them again from the new model, and ``save`` does not bring them back.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from planning_gym.cli import Parser, UsageError, entry
 from pretrain import rundir
 
 MANIFEST = "MANIFEST.json"
+STALE = "stale"               # <home>/stale/: artifacts of a carried model that trained again differently
 LEFT_OUT = ("*.safetensors", "*.bin", "*.pt", "*.png")     # weights, optimiser and RNG states; figures
 LEFT_OUT_DIRS = ("cache",)                                  # token caches, rebuilt from the corpus
 CHECKPOINT_RECORD = "trainer_state.json"                     # all a checkpoint folder keeps of itself
@@ -54,6 +60,36 @@ def finished_artifacts(home: Path) -> list[Path]:
                 found.append(run)
     found += [e for e in sorted((home / "eval").glob("*")) if _complete_evaluation(e)]
     return found
+
+
+def set_aside(home: Path, run: Path) -> list[Path]:
+    """Move what was measured on, or trained from, the old weights of ``run`` (a pre-training or
+    post-training run of ``home`` that trained again into another model) to ``<home>/stale/``: its
+    evaluations (``eval/<run slug>...``), the finished post-training runs whose student lies in it,
+    and theirs in turn (an MOPD cascade). A run that used it as its teacher keeps its place: it pairs
+    with its own student. Returns the folders moved, in ``stale/``."""
+    home = Path(home)
+    moved, runs = [], [Path(run)]
+    while runs:
+        run = runs.pop()
+        slug = str(run.resolve().relative_to(home.resolve())).replace("/", "__")
+        for folder in sorted((home / "eval").glob(slug + "*")):
+            if folder.name == slug or folder.name.startswith(slug + "__"):
+                moved.append(_move(home, folder))
+        for post in sorted((home / "posttrain").glob("*")):
+            student = (rundir.read_train_config(post) or {}).get("student") if rundir.is_finished(post) else None
+            if student and _within(str(Path(student).resolve()), str(run.resolve())):
+                runs.append(post)        # then its evaluations and its students, named by where it was
+                moved.append(_move(home, post))
+    return moved
+
+
+def _move(home: Path, folder: Path) -> Path:
+    target = home / STALE / folder.relative_to(home)
+    shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder.rename(target)
+    return target
 
 
 def _complete_evaluation(folder: Path) -> bool:
@@ -134,7 +170,8 @@ def save(home: Path, target: Path) -> dict:
                 _copy(path, tmp / rel)
     if (target / MANIFEST).is_file():
         old = _read_manifest(target)
-        for artifact in (a for a in old["artifacts"] if a not in manifest["artifacts"]):
+        for artifact in (a for a in old["artifacts"] if a not in manifest["artifacts"]
+                         and not (home / STALE / a).exists()):
             manifest["artifacts"].append(artifact)
             for key in ("folders", "without_weights"):
                 manifest[key] += [f for f in old[key] if _within(f, artifact)]

@@ -192,9 +192,12 @@ class Store:
                   "identical": bool(steps) and worst == 0.0}
         (run / rundir.RETRAINED).write_text(json.dumps(record, indent=1))
         if not record["identical"]:
+            from reproduce.carry import STALE, set_aside
+            moved = set_aside(self.home, run)
             self.log(f"[reproduce] warning: {run} trained again is not the run that was carried (largest loss "
-                     f"difference {worst:.3g} over {len(steps)} logged steps): its carried evaluations describe "
-                     "other weights; delete them to evaluate it again")
+                     f"difference {worst:.3g} over {len(steps)} logged steps): its {len(moved)} carried evaluations "
+                     f"and post-training runs from it describe other weights; set aside in {self.home / STALE}, "
+                     "they are built again when a table needs them")
 
     def pretrain_cpu_bf16(self) -> bool:
         """One precision for every pre-training of this home (a seed): the scale's ``cpu_bf16``, unless

@@ -286,3 +286,57 @@ def test_a_run_trained_again_is_compared_with_the_carried_run(tmp_path, drift, m
     assert record["steps_compared"] == 3 and record["identical"] is (drift == 0)
     assert record["max_abs_loss_difference"] == pytest.approx(drift)
     assert any("warning" in line and "other weights" in line for line in said) is (drift != 0)
+
+
+def test_a_run_trained_again_into_another_model_sets_aside_what_was_measured_on_or_trained_from_it(
+        tmp_path, monkeypatch):
+    """Fig. 7 pairs a post-training run with its student's evaluation: a student trained again into
+    other weights must not be paired with the old one's. Its evaluations and the runs that started
+    from it (and their evaluations, and the next MOPD stage) move to stale/; a run that only used it
+    as a teacher, and another model's evaluation whose name shares its prefix, stay; a later carry
+    does not bring the stale ones back."""
+    import pretrain.train
+    old = _store(tmp_path / "a")
+    carried = _finished_pretrain(old)
+    (carried / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 / s}) + "\n" for s in (1, 2, 3)))
+    student = carried / "checkpoints" / "step_000200"
+    _evaluated(old, student)
+    _evaluated(old, old.home / "pretrain" / (carried.name + "-direct"))         # another model: "fa-tiny-direct"
+    where = carry.carry_dir(tmp_path / "results", old.home)
+    carry.save(old.home, where)
+    said = []
+    store = Store("tiny", tmp_path / "b" / "runs", tmp_path / "b" / "data", log=said.append)
+    carry.restore(where, store.home)
+    home, mine = store.home, store.home / "pretrain" / carried.name / "checkpoints" / "step_000200"
+
+    def finished_posttrain(name: str, student: Path, teacher: Path | None = None) -> Path:
+        run = home / "posttrain" / name
+        run.mkdir(parents=True)
+        (run / "train_config.json").write_text(json.dumps({"kind": "posttrain", "config": {}, "student": str(student),
+                                                           "teacher": str(teacher) if teacher else None}))
+        (run / "summary.json").write_text("{}")
+        _evaluated(store, run)
+        return run
+    grpo = finished_posttrain("fig7-grpo", mine)
+    stage2 = finished_posttrain("mopd-stage2", grpo)
+    taught = finished_posttrain("taught", home / "pretrain" / "other", teacher=mine)
+
+    def train_again(argv):
+        out = Path(argv[argv.index("--out") + 1])
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 / s + 0.25}) + "\n"
+                                                   for s in (1, 2, 3)))
+        (out / "summary.json").write_text("{}")
+        return 0
+    monkeypatch.setattr(pretrain.train, "main", train_again)
+    monkeypatch.setattr(Store, "corpus", lambda self, **changes: self.data_dir / self.corpus_config(**changes).name)
+    store.weights(store.pretrained())
+    stale = {str(p.relative_to(home / carry.STALE)) for p in (home / carry.STALE).glob("*/*")}
+    assert stale == {f"eval/pretrain__{carried.name}__checkpoints__step_000200", "posttrain/fig7-grpo",
+                     "posttrain/mopd-stage2", "eval/posttrain__fig7-grpo", "eval/posttrain__mopd-stage2"}
+    assert taught.is_dir() and store._eval_dir(taught, None).is_dir() and not grpo.exists() and not stage2.exists()
+    assert (home / "eval" / f"pretrain__{carried.name}-direct").is_dir()
+    assert any("set aside" in line for line in said)
+    manifest = carry.save(home, where)
+    assert not [a for a in manifest["artifacts"] if a.startswith(("posttrain/fig7-grpo", "posttrain/mopd-stage2"))
+                or a == f"eval/pretrain__{carried.name}__checkpoints__step_000200"]
+    assert f"eval/pretrain__{carried.name}-direct" in manifest["artifacts"]
