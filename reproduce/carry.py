@@ -23,8 +23,9 @@ its own; it is used for its evaluations only, and the store says so if anything 
 
 Where they differ (another CPU's kernels sum in another order), the run trained again is another
 model: its carried evaluations, and the carried post-training runs that started from it, would be
-paired with runs built from the new weights. `set_aside` moves them to ``<home>/stale/``, so a table
-that needs them builds them again from the new model, and ``save`` does not bring them back.
+paired with the runs that start from the new weights. The first such run sets them aside
+(`set_aside`, to ``<home>/stale/``), so a table that needs them builds them again from the new
+model, and ``save`` does not bring them back.
 """
 from __future__ import annotations
 
@@ -62,14 +63,14 @@ def finished_artifacts(home: Path) -> list[Path]:
     return found
 
 
-def set_aside(home: Path, run: Path) -> list[Path]:
-    """Move what was measured on, or trained from, the old weights of ``run`` (a pre-training or
-    post-training run of ``home`` that trained again into another model) to ``<home>/stale/``: its
-    evaluations (``eval/<run slug>...``), the finished post-training runs whose student lies in it,
-    and theirs in turn (an MOPD cascade). A run that used it as its teacher keeps its place: it pairs
+def set_aside(home: Path, model: Path) -> list[Path]:
+    """Move what was measured on, or trained from, the old weights of ``model`` (a run of ``home``,
+    or one checkpoint of it, that trained again into another model) to ``<home>/stale/``: its
+    evaluations (``eval/<slug>...``), the finished post-training runs whose student lies in it, and
+    theirs in turn (an MOPD cascade). A run that used it as its teacher keeps its place: it pairs
     with its own student. Returns the folders moved, in ``stale/``."""
     home = Path(home)
-    moved, runs = [], [Path(run)]
+    moved, runs = [], [Path(model)]
     while runs:
         run = runs.pop()
         slug = str(run.resolve().relative_to(home.resolve())).replace("/", "__")

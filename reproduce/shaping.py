@@ -69,17 +69,21 @@ def region_map(store: Store) -> Report:
     chosen = region_cells(store)
     for q in dict.fromkeys(q for q, _ in chosen):
         student = store.checkpoint(store.pretrained(patterns=q))     # each quality's early checkpoint
+        horizons = [d for qq, d in chosen if qq == q]
+        # the runs first: one that starts from a student trained again into another model sets aside the
+        # old one's evaluation (`Store._set_aside_from`), which "before" must then be measured again on
+        runs = {(method, d): store.posttrained(f"fig7-{method}-{q}-{d}", method, student,
+                                               teacher if method == "opd" else None, difficulties=d, eval_every=0,
+                                               eval_splits="ID", eval_difficulties=d)
+                for d in horizons for method in ("grpo", "opd")}     # each trained and evaluated on one horizon
         before, before_samples = store.evaluation(student), store.samples(student)
         summaries[f"{q} student"] = before
         befores[q] = before_samples
-        for d in (d for qq, d in chosen if qq == q):
+        for d in horizons:
             base_avg, base_pass = cell(before, "ID", d), cell(before, "ID", d, "pass@8")
             entry = {"quality": q, "horizon": d, "baseline": base_avg}
             for method in ("grpo", "opd"):
-                # trained and evaluated on one horizon: the table reads only the ID cell of that bin
-                run = store.posttrained(f"fig7-{method}-{q}-{d}", method, student,
-                                        teacher if method == "opd" else None, difficulties=d, eval_every=0,
-                                        eval_splits="ID", eval_difficulties=d)
+                run = runs[method, d]            # the table reads only the ID cell of its horizon
                 report.runs.append(run)
                 after = store.evaluation(run, splits=("ID",), difficulties=(d,))
                 entry[f"{method} avg"] = cell(after, "ID", d) - base_avg

@@ -192,12 +192,29 @@ class Store:
                   "identical": bool(steps) and worst == 0.0}
         (run / rundir.RETRAINED).write_text(json.dumps(record, indent=1))
         if not record["identical"]:
-            from reproduce.carry import STALE, set_aside
-            moved = set_aside(self.home, run)
             self.log(f"[reproduce] warning: {run} trained again is not the run that was carried (largest loss "
-                     f"difference {worst:.3g} over {len(steps)} logged steps): its {len(moved)} carried evaluations "
-                     f"and post-training runs from it describe other weights; set aside in {self.home / STALE}, "
-                     "they are built again when a table needs them")
+                     f"difference {worst:.3g} over {len(steps)} logged steps): its carried evaluations describe "
+                     "other weights; the first post-training run from it sets aside what it would be paired with")
+
+    def _set_aside_from(self, student: Path) -> None:
+        """Before a run trains from ``student``: were it trained again into another model than the one
+        carried (``retrained.json``), the carried evaluations of it and the carried runs that started
+        from it (Fig. 7's "before" and its other method's runs) describe the old weights, and a table
+        would pair them with this run. Set them aside once (`reproduce.carry.set_aside`), so the table
+        builds them again from the weights this run starts from. A teacher trained again sets nothing
+        aside: a run pairs with its student, not its teacher."""
+        record_path = rundir.run_of(Path(student)) / rundir.RETRAINED
+        record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+        done = record.get("set_aside", {})
+        if record.get("identical", True) or str(student) in done:
+            return
+        from reproduce.carry import STALE, set_aside
+        moved = set_aside(self.home, Path(student))
+        record_path.write_text(json.dumps({**record, "set_aside": {**done, str(student): [str(m) for m in moved]}},
+                                          indent=1))
+        self.log(f"[reproduce] {student} is another model than the one carried: {len(moved)} carried evaluations and "
+                 f"post-training runs of its old weights set aside in {self.home / STALE}; they are built again "
+                 "when a table needs them")
 
     def pretrain_cpu_bf16(self) -> bool:
         """One precision for every pre-training of this home (a seed): the scale's ``cpu_bf16``, unless
@@ -296,6 +313,7 @@ class Store:
             resume = latest_checkpoint(run) is not None
             self.log(f"[reproduce] {method} {run}{' (resuming)' if resume else ''}")
             self.weights(student)
+            self._set_aside_from(student)
             if teacher:
                 self.weights(teacher)
             Trainer(cfg, Path(student), Path(teacher) if teacher else None, run, None, resume).fit()

@@ -325,18 +325,37 @@ def test_a_run_trained_again_into_another_model_sets_aside_what_was_measured_on_
         out = Path(argv[argv.index("--out") + 1])
         (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5.0 / s + 0.25}) + "\n"
                                                    for s in (1, 2, 3)))
-        (out / "summary.json").write_text("{}")
+        (out / "checkpoints" / "step_000200").mkdir(parents=True)
+        (out / "checkpoints" / "step_000200" / "trainer_state.json").write_text("{}")
+        (out / "checkpoints" / "step_000200" / "model.safetensors").write_bytes(b"\0")
+        (out / "summary.json").write_text('{"checkpoint": "checkpoints/step_000200"}')
         return 0
+
+    class Trainer:                                    # writes what the real one records of its inputs
+        def __init__(self, cfg, student, teacher, out, data, resume):
+            self.out, self.student = out, student
+
+        def fit(self):
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "train_config.json").write_text(json.dumps({"config": {}, "student": str(self.student)}))
+            (self.out / "summary.json").write_text("{}")
+    import posttrain.train
+    monkeypatch.setattr(posttrain.train, "Trainer", Trainer)
     monkeypatch.setattr(pretrain.train, "main", train_again)
     monkeypatch.setattr(Store, "corpus", lambda self, **changes: self.data_dir / self.corpus_config(**changes).name)
     store.weights(store.pretrained())
+    assert not (home / carry.STALE).exists()          # a teacher, or a new evaluation, pairs with nothing old
+    store.posttrained("fig7-opd", "opd", mine, teacher=home / "pretrain" / carried.name)
     stale = {str(p.relative_to(home / carry.STALE)) for p in (home / carry.STALE).glob("*/*")}
     assert stale == {f"eval/pretrain__{carried.name}__checkpoints__step_000200", "posttrain/fig7-grpo",
                      "posttrain/mopd-stage2", "eval/posttrain__fig7-grpo", "eval/posttrain__mopd-stage2"}
     assert taught.is_dir() and store._eval_dir(taught, None).is_dir() and not grpo.exists() and not stage2.exists()
     assert (home / "eval" / f"pretrain__{carried.name}-direct").is_dir()
     assert any("set aside" in line for line in said)
+    store.posttrained("fig7-grpo", "grpo", mine)      # built again from the new weights; sets nothing more aside
+    assert (home / "posttrain" / "fig7-opd").is_dir() and (home / "posttrain" / "fig7-grpo" / "summary.json").is_file()
     manifest = carry.save(home, where)
-    assert not [a for a in manifest["artifacts"] if a.startswith(("posttrain/fig7-grpo", "posttrain/mopd-stage2"))
+    assert not [a for a in manifest["artifacts"] if a.startswith(("posttrain/mopd-stage2", "eval/posttrain__fig7-grpo"))
                 or a == f"eval/pretrain__{carried.name}__checkpoints__step_000200"]
+    assert "posttrain/fig7-grpo" in manifest["artifacts"]      # the one built again, not the one set aside
     assert f"eval/pretrain__{carried.name}-direct" in manifest["artifacts"]
