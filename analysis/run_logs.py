@@ -9,6 +9,7 @@ and evaluate nothing.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -112,10 +113,11 @@ def corpus_budget_fit(run: Path, max_turn_tokens: int, max_total_tokens: int, co
     agent-mask tokens -- and its whole episodes with their EOS, in the run's tokens.
     ``corpus``: where the run's corpus is now (default: where it was when the run trained)."""
     from planning_gym.text import AGENT, ENV
+    from pretrain.data import read_texts
     from pretrain.tokenizer import encode_batch, load_tokenizer
     corpus = Path(corpus or (rundir.read_train_config(run) or {})["data"])
     tok = load_tokenizer(Path(run) / rundir.TOKENIZER)
-    texts = [json.loads(line)["text"] for line in (corpus / "pretrain.jsonl").open() if line.strip()]
+    texts = read_texts(corpus / "pretrain.jsonl")
     turns = [part.split(ENV)[0] for text in texts for part in text.split(AGENT)[1:]]
     turn_len = [len(ids) + 1 for ids in encode_batch(tok, turns)]
     episode_len = [len(ids) + 1 for ids in encode_batch(tok, texts)]
@@ -128,9 +130,5 @@ def corpus_budget_fit(run: Path, max_turn_tokens: int, max_total_tokens: int, co
 def failure_endings(samples: list[dict], split: str = "ID") -> dict[str, int]:
     """How the failed episodes of one split ended (an evaluation's ``stop_reason``: the step limit,
     the token budget, an end of text), most frequent first."""
-    counts: dict[str, int] = {}
-    for s in samples:
-        if s["split"] == split and not s["success"]:
-            reason = s.get("stop_reason") or "unrecorded"
-            counts[reason] = counts.get(reason, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return dict(Counter(s.get("stop_reason") or "unrecorded" for s in samples
+                        if s["split"] == split and not s["success"]).most_common())

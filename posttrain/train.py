@@ -403,9 +403,8 @@ class Trainer:
         import torch
         from tqdm import tqdm
 
-        from pretrain.model import cpu_description
-
         from planning_gym.corpus import verify_corpus
+        from pretrain.model import cpu_description
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         rundir.write_train_config(self.out, {
@@ -414,8 +413,7 @@ class Trainer:
             "student": str(self.student_dir), "teacher": str(self.teacher_dir) if self.teacher_dir else None,
             # what the run's numbers depend on beside its settings: the CPU's kernels and thread count
             # (or the GPU) sum in their own order, so a run trained again elsewhere is not the same to the bit
-            "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu": cpu_description(),
+            "threads": torch.get_num_threads(), "cpu": cpu_description(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None})
         if self.step == 0 and cfg.eval_every and cfg.eval_at_start:
             self.log(self.evaluate())

@@ -288,9 +288,7 @@ def run(args) -> int:
                                             "corpus_tokens": int(len(train_data.stream)),   # one epoch
                                             # CPU kernels sum in an order set by the instruction set and the
                                             # thread count: training again to the bit needs both (reproduce.store)
-                                            "threads": torch.get_num_threads(),
-                                            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                                            "cpu": cpu_description()})
+                                            "threads": torch.get_num_threads(), "cpu": cpu_description()})
         metrics_path = rundir.metrics_path(run_dir)
         kept = []
         if restored and metrics_path.is_file():  # drop rows the resumed steps will write again

@@ -144,7 +144,8 @@ class Store:
             if carried:
                 self.log(f"[reproduce] {run} was carried without its weights; training it again"
                          + (f" on {threads} threads, as it was trained" if threads else ""))
-                here = _cpu()
+                from pretrain.model import cpu_description
+                here = cpu_description()
                 if record.get("cpu") != here:     # older records name torch's capability at most, too little
                     there = record.get("cpu") or f"a CPU it did not describe ({record.get('cpu_capability', '?')})"
                     self.log(f"[reproduce] warning: {run} was trained on {there} and this CPU is {here}: trained "
@@ -422,11 +423,6 @@ def _without_weights(model: Path) -> bool:
         return not has_weights(model)
     ckpt = final_checkpoint(model) if rundir.is_finished(model) else latest_checkpoint(model)
     return ckpt is not None and not has_weights(ckpt)
-
-
-def _cpu() -> str:
-    from pretrain.model import cpu_description
-    return cpu_description()
 
 
 @contextlib.contextmanager

@@ -120,7 +120,7 @@ def test_a_carried_run_trains_again_on_the_threads_it_was_trained_on(tmp_path, f
     """CPU sums come out in an order set by the instruction set and the thread count, so the weights
     match the carried evaluations only with the count the run recorded (the caller's count is kept
     after) and on a CPU of its kernels' instruction sets (else a warning before it trains; torch's
-    capability alone does not tell: two AVX512 CPUs differed in the last bits, one with AMX)."""
+    capability alone does not tell: two AVX512 CPUs gave runs that differed in the last bits)."""
     import pretrain.train
     import torch
     old = _store(tmp_path / "a")
